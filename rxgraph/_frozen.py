@@ -1,0 +1,174 @@
+"""Immutable containers for state values.
+
+State values are shared between successive states and checkpoints instead of being copied, so they must not change
+once stored. :func:`freeze` turns the mutable built-in containers of an update into immutable ones;
+:class:`FrozenList` is the value of an ``APPEND`` key and appends in amortised O(1) without copying the history.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+__all__ = ["FrozenDict", "FrozenList", "freeze"]
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+# Guards the "is this view the tail of its backing list?" check and the append that follows.
+_EXTEND_LOCK = threading.Lock()
+
+
+class FrozenList(Sequence[_T]):
+    """An immutable list that shares storage with the lists it was extended from.
+
+    ``extended(items)`` returns a new ``FrozenList``; when the receiver is the newest view of its backing list (the
+    common case: a conversation that grows by appending), the items are appended to that backing list in place and
+    both views share it, so a step costs O(len(items)) however long the history is. Extending an older view (a run
+    that starts again from an earlier checkpoint) copies once and forks.
+
+    Compares equal to any list or tuple with the same items, so ``state["messages"] == [m1, m2]`` works.
+    """
+
+    __slots__ = ("_items", "_len")
+
+    _items: list[_T]
+    _len: int
+
+    def __init__(self, items: Iterable[_T] = ()) -> None:
+        self._items = list(items)
+        self._len = len(self._items)
+
+    @classmethod
+    def _view(cls, items: list[_T], length: int) -> FrozenList[_T]:
+        view: FrozenList[_T] = cls.__new__(cls)
+        view._items = items
+        view._len = length
+        return view
+
+    def extended(self, items: Iterable[_T]) -> FrozenList[_T]:
+        """A new list with ``items`` added at the end; this one is unchanged."""
+        new = list(items)
+        if not new:
+            return self
+        with _EXTEND_LOCK:
+            if len(self._items) == self._len:
+                backing = self._items
+                backing.extend(new)
+            else:
+                backing = self._items[: self._len]
+                backing.extend(new)
+            return self._view(backing, len(backing))
+
+    def shares_prefix_with(self, older: FrozenList[Any]) -> bool:
+        """True when ``older`` is a prefix view of the same storage (so only the tail is new)."""
+        return self._items is older._items and older._len <= self._len
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> FrozenList[_T]: ...
+
+    def __getitem__(self, index: int | slice) -> _T | FrozenList[_T]:
+        if isinstance(index, slice):
+            return FrozenList(self._items[: self._len][index])
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("FrozenList index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[_T]:
+        # The backing list may grow while we iterate (another view appending); islice stops at our own length.
+        return itertools.islice(self._items, self._len)
+
+    def __reversed__(self) -> Iterator[_T]:
+        items = self._items
+        for i in range(self._len - 1, -1, -1):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenList):
+            return self._len == other._len and (
+                self._items is other._items or all(a == b for a, b in zip(self, other, strict=True))
+            )
+        if isinstance(other, list | tuple):
+            return self._len == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Iterable[_T]) -> FrozenList[_T]:
+        return self.extended(other)
+
+    def __repr__(self) -> str:
+        return f"FrozenList({list(self)!r})"
+
+
+class FrozenDict(Mapping[_K, _V]):
+    """An immutable, hashable mapping (the value of a ``MERGE`` key, and any dict stored in the state)."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[_K, _V] | Iterable[tuple[_K, _V]] = ()) -> None:
+        self._data: dict[_K, _V] = dict(data)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: _K) -> _V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __or__(self, other: Mapping[_K, _V]) -> FrozenDict[_K, _V]:
+        return FrozenDict({**self._data, **other})
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+
+def freeze(value: Any) -> Any:
+    """Return ``value`` with every list, dict and set inside it replaced by an immutable equivalent.
+
+    Lists become :class:`FrozenList`, dicts :class:`FrozenDict`, sets ``frozenset``; tuples are rebuilt only if an item
+    changed. Anything else (numbers, strings, frozen pydantic models, user objects) is returned as it is: keeping
+    those immutable is the caller's part of the contract.
+    """
+    if isinstance(value, str | int | float | bool | bytes | FrozenList | FrozenDict | frozenset) or value is None:
+        return value
+    if isinstance(value, list):
+        return FrozenList(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        frozen = tuple(freeze(v) for v in value)
+        return value if all(a is b for a, b in zip(frozen, value, strict=True)) else frozen
+    if isinstance(value, set):
+        return frozenset(value)
+    return value

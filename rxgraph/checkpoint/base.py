@@ -1,0 +1,87 @@
+"""``Checkpoint`` and the contract every checkpoint saver keeps."""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .._frozen import freeze
+
+__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource"]
+
+CheckpointSource = Literal["input", "loop", "rewind", "update"]
+"""Why a checkpoint was written: the input merged at START, a node finished, a cancelled turn was rewound, or a
+state was written from outside a run."""
+
+
+class Checkpoint(BaseModel):
+    """One link in a thread's chain of states. Immutable; ``values`` is a read-only mapping of frozen values.
+
+    The head of a thread is its checkpoint with the highest ``seq``. ``parent_id`` is the checkpoint this one was
+    derived from (for the first checkpoint of a run: the base the run started from, which is not always the previous
+    head, see ``base_id`` on the run's outputs).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    id: str = Field(min_length=1)
+    thread_id: str = Field(min_length=1)
+    seq: int = Field(ge=1, description="per-thread, strictly increasing by one per write")
+    parent_id: str | None = None
+    values: Mapping[str, Any] = Field(default_factory=lambda: MappingProxyType({}))
+    node: str | None = Field(default=None, description="the node that produced the values; None for a rewind")
+    next: tuple[str, ...] = Field(default=(), description="the node(s) to run next; empty when the run ended")
+    run_id: str = Field(min_length=1)
+    source: CheckpointSource
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @field_validator("values", mode="after")
+    @classmethod
+    def _freeze_values(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        return MappingProxyType({str(k): freeze(v) for k, v in values.items()})
+
+    @classmethod
+    def _trusted(cls, **fields: Any) -> Checkpoint:
+        """Build without validation, for the engine's hot path: ``values`` must already be a read-only mapping of
+        frozen values (the engine's merged states are), and the other fields already checked."""
+        fields.setdefault("created_at", datetime.now(UTC))
+        fields.setdefault("parent_id", None)
+        return cls.model_construct(**fields)
+
+
+class CheckpointSaver(abc.ABC):
+    """Stores the checkpoints of many threads. Implementations must be safe to call from several threads.
+
+    The contract:
+    - ``put`` is a compare-and-set on the thread's head: it stores ``checkpoint`` only if the head's id is
+      ``expected_head`` (``None``: the thread has no checkpoint yet), and raises ``CheckpointConflictError``
+      otherwise. The new checkpoint's ``seq`` must be the head's ``seq + 1`` (1 for a new thread).
+    - Reads never return a checkpoint a caller can change, and never report "nothing" because of a timeout or a
+      lock: a saver that cannot answer raises.
+    """
+
+    @abc.abstractmethod
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        """The checkpoint ``checkpoint_id`` of the thread, or its head when ``checkpoint_id`` is None.
+        ``None`` when the thread (or that checkpoint in it) does not exist."""
+
+    @abc.abstractmethod
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        """The thread's checkpoints newest first (highest ``seq`` first), at most ``limit`` of them, only those with
+        ``seq < before_seq`` when given. Empty for an unknown thread."""
+
+    @abc.abstractmethod
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        """Store ``checkpoint`` as the new head of its thread if the head is still ``expected_head``; return it."""
+
+    @abc.abstractmethod
+    def threads(self) -> builtins.list[str]:
+        """Every thread id that has at least one checkpoint."""

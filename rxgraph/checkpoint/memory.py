@@ -1,0 +1,74 @@
+"""``MemorySaver``: checkpoints in process memory, for tests, notebooks and short-lived processes."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+
+from ..errors import CheckpointConflictError
+from .base import Checkpoint, CheckpointSaver
+
+__all__ = ["MemorySaver"]
+
+
+class MemorySaver(CheckpointSaver):
+    """A thread-safe in-memory saver.
+
+    Checkpoints are immutable and their values frozen, so they are stored and handed out as they are, without copies:
+    a ``put`` costs O(1) whatever the length of the conversation.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chains: dict[str, list[Checkpoint]] = {}  # thread id -> checkpoints in seq order
+        self._by_id: dict[str, Checkpoint] = {}
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        with self._lock:
+            if checkpoint_id is None:
+                chain = self._chains.get(thread_id)
+                return chain[-1] if chain else None
+            found = self._by_id.get(checkpoint_id)
+            return found if found is not None and found.thread_id == thread_id else None
+
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        with self._lock:
+            chain = self._chains.get(thread_id, [])
+            end = len(chain) if before_seq is None else max(0, min(len(chain), before_seq - 1))
+            start = 0 if limit is None else max(0, end - limit)
+            return chain[start:end][::-1]
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        thread_id = checkpoint.thread_id
+        with self._lock:
+            chain = self._chains.get(thread_id)
+            head = chain[-1] if chain else None
+            head_id = head.id if head is not None else None
+            if head_id != expected_head:
+                raise CheckpointConflictError(
+                    f"thread {thread_id!r}: head is {head_id!r}, expected {expected_head!r}; another writer moved it",
+                    thread_id=thread_id,
+                    expected_head=expected_head,
+                    actual_head=head_id,
+                )
+            expected_seq = head.seq + 1 if head is not None else 1
+            if checkpoint.seq != expected_seq:
+                raise ValueError(
+                    f"thread {thread_id!r}: checkpoint {checkpoint.id!r} has seq {checkpoint.seq}, "
+                    f"expected {expected_seq}"
+                )
+            if checkpoint.id in self._by_id:
+                raise ValueError(f"thread {thread_id!r}: checkpoint id {checkpoint.id!r} is already stored")
+            if chain is None:
+                chain = self._chains[thread_id] = []
+            chain.append(checkpoint)
+            self._by_id[checkpoint.id] = checkpoint
+            return checkpoint
+
+    def threads(self) -> builtins.list[str]:
+        with self._lock:
+            return list(self._chains)

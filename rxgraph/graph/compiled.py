@@ -1,0 +1,175 @@
+"""``CompiledGraph``: run a graph (``stream``, ``invoke``) and read its threads (``get_state``...)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from reactivex import Observable, abc
+from reactivex.scheduler import VirtualTimeScheduler
+
+from .._frozen import freeze
+from ..checkpoint.base import Checkpoint, CheckpointSaver
+from ..errors import CheckpointNotFoundError
+from ..rx import SignalType, do_finally, do_on_cancel
+from .config import RunnableConfig
+from .edges import Branch
+from .node import NodeSpec
+from .outputs import NodeOutput, StateSnapshot
+from .run_context import RunContext
+from .runner import Run
+from .state import StateSchema
+
+__all__ = ["CompiledGraph"]
+
+
+class CompiledGraph:
+    """A validated graph, ready to run. Build one with ``StateGraph(...).compile()``.
+
+    ``stream`` is cold: it returns an Observable, and each subscription is an independent run that reads the thread's
+    head when it subscribes.
+    """
+
+    def __init__(
+        self,
+        *,
+        schema: StateSchema,
+        nodes: Mapping[str, NodeSpec],
+        branches: Mapping[str, Branch],
+        checkpointer: CheckpointSaver | None,
+    ) -> None:
+        if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
+            raise TypeError(f"checkpointer must be a CheckpointSaver, got {type(checkpointer).__name__}")
+        self.schema = schema
+        self.nodes: Mapping[str, NodeSpec] = MappingProxyType(dict(nodes))
+        self.branches: Mapping[str, Branch] = MappingProxyType(dict(branches))
+        self.checkpointer = checkpointer
+
+    # -- running -----------------------------------------------------------------------------------------------
+
+    def stream(
+        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+    ) -> Observable[NodeOutput]:
+        """A cold Observable of the run's outputs: a ``StreamingOutput`` per chunk a node streams, a ``NodeOutput``
+        per node that finished. Nothing runs and nothing is read until it is subscribed.
+
+        ``input`` is merged into the thread's state with the key strategies and the run starts at ``START``; with
+        ``None`` the run continues from the checkpoint's ``next`` node (resuming a run that stopped early).
+        """
+        return self._stream(input, config, None)
+
+    def invoke(self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None) -> dict[str, Any]:
+        """Run to the end and return the final state's values. Blocks the calling thread until the run ends (also
+        when nodes run on other threads); with a virtual-time scheduler in the config, advances it until then."""
+        config = self._check_config(config)
+        final: list[Mapping[str, Any]] = []
+        errors: list[Exception] = []
+        done = threading.Event()
+
+        def _on_error(error: Exception) -> None:
+            errors.append(error)
+            done.set()
+
+        self._stream(input, config, final.append).subscribe(on_error=_on_error, on_completed=done.set)
+        scheduler = config.scheduler
+        if not done.is_set() and isinstance(scheduler, VirtualTimeScheduler):
+            VirtualTimeScheduler.start(scheduler)
+            if not done.is_set():
+                raise RuntimeError(
+                    "invoke() could not finish the run on its virtual-time scheduler (it is already running, or the "
+                    "run waits for something that is never scheduled); subscribe to stream() instead"
+                )
+        done.wait()
+        if errors:
+            raise errors[0]
+        return dict(final[0])
+
+    def _stream(
+        self,
+        input: Mapping[str, Any] | None,
+        config: RunnableConfig | None,
+        on_final_state: Callable[[Mapping[str, Any]], None] | None,
+    ) -> Observable[NodeOutput]:
+        config = self._check_config(config)
+        # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
+        # subscription runs with.
+        frozen_input = None if input is None else dict(freeze(dict(input))) if isinstance(input, Mapping) else input
+
+        def _subscribe(
+            observer: abc.ObserverBase[NodeOutput], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            # Everything per subscription starts here: a fresh context, the base read now.
+            run_scheduler = config.scheduler or scheduler
+            run_config = (
+                config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
+            )
+            ctx = RunContext(config.thread_id, self.checkpointer)
+            run = Run(self, ctx, frozen_input, run_config, run_scheduler, on_final_state)
+
+            def _finally(signal: SignalType) -> None:
+                if signal is SignalType.CANCEL:
+                    self._on_cancelled(ctx)
+
+            # do_on_cancel raises the flag before the run is disposed; do_finally sits last so that it runs after
+            # the whole upstream was disposed.
+            pipeline = Observable(run.subscribe).pipe(do_on_cancel(ctx.mark_cancelled), do_finally(_finally))
+            return pipeline.subscribe(observer, scheduler=scheduler)
+
+        return Observable(_subscribe)
+
+    def _on_cancelled(self, ctx: RunContext) -> None:
+        ctx.close()
+
+    def _check_config(self, config: RunnableConfig | None) -> RunnableConfig:
+        if config is None:
+            config = RunnableConfig()
+        elif not isinstance(config, RunnableConfig):
+            raise TypeError(f"config must be a RunnableConfig, got {type(config).__name__}")
+        if self.checkpointer is not None and config.thread_id is None:
+            raise ValueError("this graph has a checkpointer: give the run a thread, RunnableConfig(thread_id=...)")
+        return config
+
+    def _load_base(self, ctx: RunContext, config: RunnableConfig, has_input: bool) -> Checkpoint | None:
+        """Read the thread's head and choose the base of a run (called at subscribe time)."""
+        saver = self.checkpointer
+        if saver is None or config.thread_id is None:
+            return None
+        head = saver.get(config.thread_id)
+        if config.checkpoint_id is not None:
+            base = saver.get(config.thread_id, config.checkpoint_id)
+            if base is None:
+                raise CheckpointNotFoundError(f"thread {config.thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+        else:
+            base = head
+        ctx.start_from(head, base)
+        return base
+
+    # -- reading threads ---------------------------------------------------------------------------------------
+
+    def _saver_for(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
+        if self.checkpointer is None:
+            raise ValueError("this graph has no checkpointer: compile(checkpointer=...) to keep state between runs")
+        if not isinstance(config, RunnableConfig) or config.thread_id is None:
+            raise ValueError("reading state needs a thread: RunnableConfig(thread_id=...)")
+        return self.checkpointer, config.thread_id
+
+    def get_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The thread's state at its head (or at ``config.checkpoint_id``). Empty values for an unknown thread."""
+        saver, thread_id = self._saver_for(config)
+        checkpoint = saver.get(thread_id, config.checkpoint_id)
+        if checkpoint is None:
+            if config.checkpoint_id is not None:
+                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+            return StateSnapshot(values=MappingProxyType({}))
+        return _snapshot(checkpoint)
+
+    def get_state_history(self, config: RunnableConfig, *, limit: int | None = None) -> list[StateSnapshot]:
+        """Every state of the thread, newest first (including those of cancelled or failed runs)."""
+        saver, thread_id = self._saver_for(config)
+        return [_snapshot(checkpoint) for checkpoint in saver.list(thread_id, limit=limit)]
+
+
+def _snapshot(checkpoint: Checkpoint) -> StateSnapshot:
+    return StateSnapshot(values=checkpoint.values, next=checkpoint.next, checkpoint=checkpoint)

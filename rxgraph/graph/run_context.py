@@ -1,0 +1,94 @@
+"""``RunContext``: one subscription's run, and the one place where it writes checkpoints.
+
+Cancellation is cooperative: a node on another thread keeps running after ``dispose()`` returned, and its
+completion can reach the tail of its step at any moment. The context makes such late completions harmless:
+
+- ``mark_cancelled`` raises the flag *before* the upstream is disposed (it is wired with ``do_on_cancel``);
+- ``commit`` checks the flag on entry, builds the checkpoint, and checks it again under the write lock right
+  before the write, so "check + write" is atomic with respect to ``close``;
+- ``close`` (wired with ``do_finally``, after the upstream dispose returned) takes the write lock too: once it
+  returns, any write that was in flight has landed and every later one sees the flag. What happens next to the
+  thread on cancellation (keep, or rewind to the turn's base) is decided there.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from types import MappingProxyType
+from typing import Any
+
+from ..checkpoint.base import Checkpoint, CheckpointSaver, CheckpointSource
+
+__all__ = ["RunContext"]
+
+
+class RunContext:
+    """Per-subscription state of a run: identity, the cancelled flag, the write lock and the last write."""
+
+    __slots__ = ("_lock", "base", "cancelled", "head", "parent_id", "run_id", "saver", "thread_id", "writes")
+
+    def __init__(self, thread_id: str | None, saver: CheckpointSaver | None) -> None:
+        self.thread_id = thread_id
+        self.saver = saver
+        self.run_id = uuid.uuid4().hex
+        self.cancelled = False
+        # RLock: a subscriber may dispose from inside a callback of this very run, on the thread that holds it.
+        self._lock = threading.RLock()
+        self.base: Checkpoint | None = None  # the checkpoint the run started from
+        self.head: Checkpoint | None = None  # the head this run expects (what it read at start, then its own writes)
+        self.parent_id: str | None = None  # parent of the next checkpoint this run writes
+        self.writes: list[Checkpoint] = []
+
+    @property
+    def write_lock(self) -> threading.RLock:
+        return self._lock
+
+    def start_from(self, head: Checkpoint | None, base: Checkpoint | None) -> None:
+        """Record the thread's head at subscribe time and the base the run starts from."""
+        self.head = head
+        self.base = base
+        self.parent_id = base.id if base is not None else None
+
+    def mark_cancelled(self) -> None:
+        """The subscriber went away: from now on no write of this run may land."""
+        self.cancelled = True
+
+    def commit(
+        self, values: dict[str, Any], *, node: str | None, next_nodes: tuple[str, ...], source: CheckpointSource
+    ) -> Checkpoint | None:
+        """Write ``values`` as the thread's new head, unless the run was cancelled. ``None`` when skipped.
+
+        ``values`` must be a state built by the schema's merge (frozen values, never mutated afterwards).
+        Raises ``CheckpointConflictError`` when another writer moved the head since this run last wrote.
+        """
+        saver = self.saver
+        if saver is None or self.cancelled:
+            return None
+        head = self.head
+        checkpoint = Checkpoint._trusted(
+            id=uuid.uuid4().hex,
+            thread_id=self.thread_id,
+            seq=head.seq + 1 if head is not None else 1,
+            parent_id=self.parent_id,
+            values=MappingProxyType(values),
+            node=node,
+            next=next_nodes,
+            run_id=self.run_id,
+            source=source,
+        )
+        with self._lock:
+            # Re-check under the lock: the flag may have been raised while the checkpoint was being built, and
+            # close() cannot slip in between this check and the write.
+            if self.cancelled:
+                return None
+            saver.put(checkpoint, expected_head=head.id if head is not None else None)
+            self.head = checkpoint
+            self.parent_id = checkpoint.id
+            self.writes.append(checkpoint)
+        return checkpoint
+
+    def close(self) -> None:
+        """Wait for a write in flight (if any) to land; every write after this sees the cancelled flag."""
+        with self._lock:
+            pass

@@ -1,0 +1,38 @@
+"""Chat messages, the sequence rules a history must follow, and the OpenAI wire format."""
+
+from rxgraph.errors import UnsafeHistoryError
+from rxgraph.messages.openai import from_openai, to_openai
+from rxgraph.messages.rules import (
+    SequenceViolation,
+    check_ready_for_user_input,
+    check_request,
+    is_ready_for_user_input,
+    readiness_violations,
+    sequence_violations,
+)
+from rxgraph.messages.types import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "SequenceViolation",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "UnsafeHistoryError",
+    "UserMessage",
+    "check_ready_for_user_input",
+    "check_request",
+    "from_openai",
+    "is_ready_for_user_input",
+    "readiness_violations",
+    "sequence_violations",
+    "to_openai",
+]

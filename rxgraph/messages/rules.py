@@ -1,0 +1,248 @@
+"""The sequence rules a chat history must follow.
+
+1. Every assistant message with tool calls is followed immediately by exactly one tool message per call id
+   (in any order among them), with nothing else between.
+2. No tool message answers a call id that is not pending from the immediately preceding assistant message
+   (no orphans, no duplicates).
+3. Once all calls of an assistant message are answered, the next message, if any, is an assistant message.
+4. The history does not end with pending tool calls or with a tool message.
+
+Rules 1-3 describe a valid request body. They are checked only on what is present, so a list that ends with
+calls still pending, or with the tool responses, satisfies them: that is exactly the request a model receives
+right after its tools ran. Rule 4 is what makes a stored history ready for another user turn.
+
+The checks are a single pass with plain attribute access, because they run on every checkpoint write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rxgraph.errors import UnsafeHistoryError
+from rxgraph.messages.types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+
+__all__ = [
+    "SequenceViolation",
+    "check_ready_for_user_input",
+    "check_request",
+    "is_ready_for_user_input",
+    "readiness_violations",
+    "sequence_violations",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceViolation:
+    """One broken rule: the index of the offending message, the rule number (1-4) and what is wrong."""
+
+    index: int
+    rule: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"message {self.index}: {self.reason} (rule {self.rule})"
+
+
+_NON_TOOL_TYPES = (AssistantMessage, UserMessage, SystemMessage)
+
+
+@dataclass(frozen=True, slots=True)
+class _EndState:
+    # Index of the assistant message whose tool block is still open at the end, if any.
+    open_index: int | None
+    # Its call ids that never got a response, in the order the assistant made them.
+    pending: tuple[str, ...]
+    ends_with_tool: bool
+    last_index: int
+
+
+def _describe(message: Message) -> str:
+    if isinstance(message, ToolMessage):
+        # A tool message only leaves no block open when it answered nothing pending.
+        return "a tool message that answers no pending call"
+    if isinstance(message, AssistantMessage):
+        return "an assistant message without tool calls"
+    return f"a {message.role} message"
+
+
+def _scan(messages: Sequence[Message]) -> tuple[list[SequenceViolation], _EndState]:
+    violations: list[SequenceViolation] = []
+
+    # The open tool block: the assistant message that made the calls, the ids still waiting for a response
+    # (a dict, so reasons list them in the assistant's order) and, for each answered id, where it was answered.
+    open_index: int | None = None
+    pending: dict[str, None] = {}
+    answered: dict[str, int] = {}
+
+    # A block just cut short by a non-tool message, remembered only to explain late responses right after it.
+    interrupted_index = -1
+    interrupted_by = -1
+    interrupted_ids: frozenset[str] = frozenset()
+
+    for i, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            call_id = message.tool_call_id
+            if open_index is not None:
+                if call_id in pending:
+                    del pending[call_id]
+                    answered[call_id] = i
+                elif call_id in answered:
+                    violations.append(
+                        SequenceViolation(
+                            i,
+                            2,
+                            f"tool message answers call id {call_id!r} again; the tool message at index "
+                            f"{answered[call_id]} already answered it for the assistant message at index "
+                            f"{open_index}",
+                        )
+                    )
+                else:
+                    violations.append(
+                        SequenceViolation(
+                            i,
+                            2,
+                            f"tool message answers call id {call_id!r}, which the preceding assistant "
+                            f"message (index {open_index}) did not make",
+                        )
+                    )
+            elif call_id in interrupted_ids:
+                violations.append(
+                    SequenceViolation(
+                        i,
+                        2,
+                        f"tool message answers call id {call_id!r} of the assistant message at index "
+                        f"{interrupted_index}, but the {messages[interrupted_by].role} message at index "
+                        f"{interrupted_by} already cut that assistant's tool responses short",
+                    )
+                )
+            elif i == 0:
+                violations.append(
+                    SequenceViolation(
+                        i,
+                        2,
+                        f"tool message answers call id {call_id!r}, but it is the first message; "
+                        "no assistant message made that call",
+                    )
+                )
+            else:
+                violations.append(
+                    SequenceViolation(
+                        i,
+                        2,
+                        f"tool message answers call id {call_id!r}, but no tool calls are pending here: "
+                        f"the preceding message (index {i - 1}) is {_describe(messages[i - 1])}",
+                    )
+                )
+            continue
+
+        if not isinstance(message, _NON_TOOL_TYPES):
+            raise TypeError(
+                f"message {i}: expected an rxgraph message (SystemMessage, UserMessage, AssistantMessage or "
+                f"ToolMessage), got {type(message).__name__}"
+            )
+
+        interrupted_ids = frozenset()
+        if open_index is not None:
+            if pending:
+                ids = list(pending)
+                violations.append(
+                    SequenceViolation(
+                        i,
+                        1,
+                        f"assistant message at index {open_index} has call ids {ids} with no tool response "
+                        f"before index {i} (a {message.role} message cannot come before every call is "
+                        "answered)",
+                    )
+                )
+                interrupted_index, interrupted_by, interrupted_ids = open_index, i, frozenset(ids)
+            elif not isinstance(message, AssistantMessage):
+                violations.append(
+                    SequenceViolation(
+                        i,
+                        3,
+                        f"{message.role} message follows the tool responses to the assistant message at "
+                        f"index {open_index}; the message after tool responses must be an assistant message",
+                    )
+                )
+
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            open_index = i
+            pending = dict.fromkeys(call.id for call in message.tool_calls)
+            answered = {}
+        else:
+            open_index = None
+
+    last_index = len(messages) - 1
+    end = _EndState(
+        open_index=open_index,
+        pending=tuple(pending) if open_index is not None else (),
+        ends_with_tool=last_index >= 0 and isinstance(messages[last_index], ToolMessage),
+        last_index=last_index,
+    )
+    return violations, end
+
+
+def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
+    """Every violation of rules 1-3, in message order. An empty list means a valid request body.
+
+    Raises ``TypeError`` naming the index if an element is not an rxgraph message.
+    """
+    violations, _ = _scan(messages)
+    return violations
+
+
+def readiness_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
+    """Every violation of rules 1-4: those of rules 1-3 in message order, then the rule-4 one, if any.
+
+    A rule-4 violation points at the assistant message whose calls are still pending, or else at the final
+    tool message.
+    """
+    violations, end = _scan(messages)
+    if end.pending:
+        assert end.open_index is not None
+        violations.append(
+            SequenceViolation(
+                end.open_index,
+                4,
+                f"history ends with call ids {list(end.pending)} of the assistant message at index "
+                f"{end.open_index} still pending",
+            )
+        )
+    elif end.ends_with_tool:
+        violations.append(
+            SequenceViolation(
+                end.last_index,
+                4,
+                "history ends with a tool message; an assistant message must follow the tool responses "
+                "before the next user turn",
+            )
+        )
+    return violations
+
+
+def is_ready_for_user_input(messages: Sequence[Message]) -> bool:
+    """Whether rules 1-4 hold, so a new user message may be appended."""
+    return not readiness_violations(messages)
+
+
+def _raise(violations: list[SequenceViolation], what: str) -> None:
+    if violations:
+        count = len(violations)
+        lines = "\n".join(str(v) for v in violations)
+        noun = "violation" if count == 1 else "violations"
+        raise UnsafeHistoryError(f"message history is not {what} ({count} {noun}):\n{lines}")
+
+
+def check_request(messages: Sequence[Message]) -> None:
+    """Raise ``UnsafeHistoryError`` listing every violation of rules 1-3, one per line.
+
+    Call this before sending a request to a chat API, which would otherwise reject the request (or, with some
+    providers, silently answer a garbled conversation).
+    """
+    _raise(sequence_violations(messages), "a valid request body")
+
+
+def check_ready_for_user_input(messages: Sequence[Message]) -> None:
+    """Raise ``UnsafeHistoryError`` listing every violation of rules 1-4, one per line."""
+    _raise(readiness_violations(messages), "ready for user input")

@@ -1,0 +1,11 @@
+"""Reactor-style operators that RxPY does not ship, used by the run pipeline and available to users.
+
+- :func:`do_on_cancel` — a callback on cancellation, before the upstream is disposed;
+- :func:`do_finally` — a callback once the subscription ended, told how (:class:`SignalType`).
+"""
+
+from ._do_finally import do_finally
+from ._do_on_cancel import do_on_cancel
+from ._signal import SignalType
+
+__all__ = ["SignalType", "do_finally", "do_on_cancel"]

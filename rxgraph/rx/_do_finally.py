@@ -1,0 +1,80 @@
+"""``do_finally``: run a callback once, after the subscription ended for any reason."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable, SingleAssignmentDisposable
+
+from ._signal import SignalType
+
+__all__ = ["do_finally"]
+
+_T = TypeVar("_T")
+_log = logging.getLogger("rxgraph.rx")
+
+
+def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable[_T]], Observable[_T]]:
+    """Call ``on_finally(signal)`` exactly once, when the subscription has ended.
+
+    - ``SignalType.ON_COMPLETE`` / ``ON_ERROR``: after the terminal event has been passed to the subscriber.
+    - ``SignalType.CANCEL``: when the subscriber disposed before a terminal event (a plain ``dispose()``, or an
+      operator downstream such as ``take``, ``take_until`` or ``timeout`` doing it), *after* the upstream dispose has
+      returned. Put this operator last in a ``pipe`` so that "upstream" is the whole pipeline: the callback then runs
+      when nothing upstream is still being torn down, which makes it the last word on any shared state.
+
+    An exception from the callback is logged and never replaces the signal the subscriber already got.
+    """
+
+    def _operator(source: Observable[_T]) -> Observable[_T]:
+        def _subscribe(
+            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            lock = threading.Lock()
+            signal: SignalType | None = None  # the first way the subscription ended; decides the callback's signal
+            upstream = SingleAssignmentDisposable()
+
+            def _claim(candidate: SignalType) -> bool:
+                nonlocal signal
+                with lock:
+                    if signal is not None:
+                        return False
+                    signal = candidate
+                    return True
+
+            def _call(candidate: SignalType) -> None:
+                try:
+                    on_finally(candidate)
+                except Exception:
+                    _log.exception("do_finally callback %r failed on %s", on_finally, candidate.name)
+
+            def _on_error(error: Exception) -> None:
+                if _claim(SignalType.ON_ERROR):
+                    try:
+                        observer.on_error(error)
+                    finally:
+                        _call(SignalType.ON_ERROR)
+
+            def _on_completed() -> None:
+                if _claim(SignalType.ON_COMPLETE):
+                    try:
+                        observer.on_completed()
+                    finally:
+                        _call(SignalType.ON_COMPLETE)
+
+            def _dispose() -> None:
+                cancel = _claim(SignalType.CANCEL)
+                upstream.dispose()
+                if cancel:
+                    _call(SignalType.CANCEL)
+
+            upstream.disposable = source.subscribe(observer.on_next, _on_error, _on_completed, scheduler=scheduler)
+            return Disposable(_dispose)
+
+        return Observable(_subscribe)
+
+    return _operator

@@ -1,0 +1,64 @@
+"""``do_on_cancel``: run a callback when the subscriber disposes before the source terminated."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable, SingleAssignmentDisposable
+
+__all__ = ["do_on_cancel"]
+
+_T = TypeVar("_T")
+_log = logging.getLogger("rxgraph.rx")
+
+
+def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Observable[_T]]:
+    """Call ``on_cancel()`` once when the subscription is disposed before a terminal event.
+
+    The callback runs *before* the upstream subscription is disposed, so it can raise a flag that work still
+    running upstream (on another thread, say) sees before it is told to stop. It does not run after ``on_completed``
+    or ``on_error``. An exception from the callback is logged and does not stop the cancellation.
+    """
+
+    def _operator(source: Observable[_T]) -> Observable[_T]:
+        def _subscribe(
+            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            lock = threading.Lock()
+            done = False  # terminated or already cancelled: the callback must not run (again)
+            upstream = SingleAssignmentDisposable()
+
+            def _on_error(error: Exception) -> None:
+                nonlocal done
+                with lock:
+                    done = True
+                observer.on_error(error)
+
+            def _on_completed() -> None:
+                nonlocal done
+                with lock:
+                    done = True
+                observer.on_completed()
+
+            def _dispose() -> None:
+                nonlocal done
+                with lock:
+                    cancel, done = not done, True
+                try:
+                    if cancel:
+                        on_cancel()
+                except Exception:
+                    _log.exception("do_on_cancel callback %r failed; the cancellation goes on", on_cancel)
+                finally:
+                    upstream.dispose()
+
+            upstream.disposable = source.subscribe(observer.on_next, _on_error, _on_completed, scheduler=scheduler)
+            return Disposable(_dispose)
+
+        return Observable(_subscribe)
+
+    return _operator

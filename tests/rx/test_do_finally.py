@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import reactivex as rx
+from reactivex import operators as ops
+from reactivex.testing import ReactiveTest, TestScheduler
+from reactivex.testing.marbles import marbles_testing
+
+from rxgraph.rx import SignalType, do_finally, do_on_cancel
+
+on_next, on_completed, on_error = ReactiveTest.on_next, ReactiveTest.on_completed, ReactiveTest.on_error
+
+
+def test_completion_is_reported_once_after_the_subscriber_saw_it() -> None:
+    events: list[str] = []
+    with marbles_testing(timespan=1.0) as (start, cold, _hot, exp):
+        source = cold("-a-b|").pipe(do_finally(lambda s: events.append(f"finally:{s.name}")))
+        observed = start(source.pipe(ops.do_action(on_completed=lambda: events.append("completed"))))
+        assert observed == exp("-a-b|")
+    assert events == ["completed", "finally:ON_COMPLETE"]
+
+
+def test_error_is_reported_with_on_error() -> None:
+    signals: list[SignalType] = []
+    with marbles_testing(timespan=1.0) as (start, cold, _hot, exp):
+        observed = start(cold("-a#").pipe(do_finally(signals.append)))
+        assert observed == exp("-a#")
+    assert signals == [SignalType.ON_ERROR]
+
+
+def test_dispose_before_terminal_is_cancel_after_upstream_dispose_returned() -> None:
+    order: list[str] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_next(10, "a"), on_next(20, "b"), on_completed(30))
+
+    def upstream_disposed() -> None:
+        order.append("upstream disposed")
+
+    def make() -> rx.Observable[str]:
+        guarded = rx.using(lambda: rx.disposable.Disposable(upstream_disposed), lambda _: source)
+        return guarded.pipe(do_finally(lambda s: order.append(f"finally:{s.name}")))
+
+    observed = scheduler.start(make, disposed=215)
+    assert observed.messages == [on_next(210, "a")]
+    assert order == ["upstream disposed", "finally:CANCEL"]
+
+
+def test_take_downstream_is_a_cancel() -> None:
+    signals: list[SignalType] = []
+    with marbles_testing(timespan=1.0) as (start, cold, _hot, exp):
+        observed = start(cold("-a-b-c|").pipe(do_finally(signals.append), ops.take(2)))
+        assert observed == [on_next(201, "a"), on_next(203, "b"), on_completed(203)]
+    assert signals == [SignalType.CANCEL]
+
+
+def test_take_until_downstream_is_a_cancel() -> None:
+    signals: list[SignalType] = []
+    with marbles_testing(timespan=1.0) as (start, cold, hot, exp):
+        trigger = hot("---x")
+        observed = start(cold("-a-b-c|").pipe(do_finally(signals.append), ops.take_until(trigger)))
+        assert observed == exp("-a-|")
+    assert signals == [SignalType.CANCEL]
+
+
+def test_dispose_at_the_exact_completion_tick_of_a_cold_source_cancels() -> None:
+    # The dispose is scheduled (by start) before the cold source schedules its completion at the same tick, so it
+    # runs first: the subscriber never sees the completion and the callback says CANCEL.
+    signals: list[SignalType] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_next(10, "a"), on_completed(100))
+    observed = scheduler.start(lambda: source.pipe(do_finally(signals.append)), disposed=300)
+    assert observed.messages == [on_next(210, "a")]
+    assert signals == [SignalType.CANCEL]
+
+
+def test_completion_at_the_exact_dispose_tick_of_a_hot_source_completes() -> None:
+    # A hot source scheduled its completion before start() scheduled the dispose: completion wins, no cancel.
+    signals: list[SignalType] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_hot_observable(on_next(210, "a"), on_completed(300))
+    observed = scheduler.start(lambda: source.pipe(do_finally(signals.append)), disposed=300)
+    assert observed.messages == [on_next(210, "a"), on_completed(300)]
+    assert signals == [SignalType.ON_COMPLETE]
+
+
+def test_callback_runs_once_even_if_disposed_again() -> None:
+    signals: list[SignalType] = []
+    subscription = rx.never().pipe(do_finally(signals.append)).subscribe()
+    subscription.dispose()
+    subscription.dispose()
+    assert signals == [SignalType.CANCEL]
+
+
+def test_a_failing_callback_is_logged_and_does_not_replace_the_signal(caplog: object) -> None:
+    def boom(_: SignalType) -> None:
+        raise RuntimeError("boom")
+
+    completed: list[bool] = []
+    rx.of(1).pipe(do_finally(boom)).subscribe(on_completed=lambda: completed.append(True))
+    assert completed == [True]
+
+
+def test_do_on_cancel_runs_before_upstream_dispose_and_only_on_cancel() -> None:
+    order: list[str] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_next(10, "a"), on_completed(30))
+
+    def make() -> rx.Observable[str]:
+        guarded = rx.using(lambda: rx.disposable.Disposable(lambda: order.append("upstream disposed")), lambda _: source)
+        return guarded.pipe(do_on_cancel(lambda: order.append("cancel")))
+
+    scheduler.start(make, disposed=215)
+    assert order == ["cancel", "upstream disposed"]
+
+    completed_order: list[str] = []
+    rx.of(1, 2).pipe(do_on_cancel(lambda: completed_order.append("cancel"))).subscribe()
+    assert completed_order == []
+
+
+def test_do_on_cancel_is_not_called_after_an_error() -> None:
+    calls: list[str] = []
+    rx.throw(ValueError("x")).pipe(do_on_cancel(lambda: calls.append("cancel"))).subscribe(on_error=lambda _: None)
+    assert calls == []
