@@ -46,7 +46,7 @@ def test_dispose_before_terminal_is_cancel_after_upstream_dispose_returned() -> 
 
 def test_take_downstream_is_a_cancel() -> None:
     signals: list[SignalType] = []
-    with marbles_testing(timespan=1.0) as (start, cold, _hot, exp):
+    with marbles_testing(timespan=1.0) as (start, cold, _hot, _exp):
         observed = start(cold("-a-b-c|").pipe(do_finally(signals.append), ops.take(2)))
         assert observed == [on_next(201, "a"), on_next(203, "b"), on_completed(203)]
     assert signals == [SignalType.CANCEL]
@@ -105,7 +105,9 @@ def test_do_on_cancel_runs_before_upstream_dispose_and_only_on_cancel() -> None:
     source = scheduler.create_cold_observable(on_next(10, "a"), on_completed(30))
 
     def make() -> rx.Observable[str]:
-        guarded = rx.using(lambda: rx.disposable.Disposable(lambda: order.append("upstream disposed")), lambda _: source)
+        guarded = rx.using(
+            lambda: rx.disposable.Disposable(lambda: order.append("upstream disposed")), lambda _: source
+        )
         return guarded.pipe(do_on_cancel(lambda: order.append("cancel")))
 
     scheduler.start(make, disposed=215)

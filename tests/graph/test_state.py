@@ -1,0 +1,86 @@
+"""Key strategies and read-only state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rxgraph import END, START, FrozenDict, FrozenList, KeyStrategy, MemorySaver, NodeOutput, RunnableConfig, StateGraph
+from rxgraph.graph.state import StateSchema
+
+
+def test_replace_append_and_merge() -> None:
+    schema = StateSchema({"log": KeyStrategy.APPEND, "meta": KeyStrategy.MERGE})
+    state = schema.merge({}, {"log": "a", "meta": {"x": 1}, "count": 1}, origin="test")
+    state = schema.merge(state, {"log": ["b", "c"], "meta": {"y": 2}, "count": 2}, origin="test")
+    state = schema.merge(state, {"log": ("d",), "meta": {"x": 3}}, origin="test")
+    assert state == {"log": ["a", "b", "c", "d"], "meta": {"x": 3, "y": 2}, "count": 2}
+    assert isinstance(state["log"], FrozenList) and isinstance(state["meta"], FrozenDict)
+
+
+def test_merge_never_changes_the_old_state() -> None:
+    schema = StateSchema({"log": KeyStrategy.APPEND})
+    first = schema.merge({}, {"log": ["a"]}, origin="test")
+    second = schema.merge(first, {"log": ["b"]}, origin="test")
+    forked = schema.merge(first, {"log": ["z"]}, origin="test")
+    assert first["log"] == ["a"] and second["log"] == ["a", "b"] and forked["log"] == ["a", "z"]
+
+
+def test_merge_rejects_bad_updates() -> None:
+    schema = StateSchema({"meta": KeyStrategy.MERGE})
+    with pytest.raises(TypeError, match="node 'n': an update must be a mapping"):
+        schema.merge({}, ["not", "a", "mapping"], origin="node 'n'")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"'meta' uses KeyStrategy\.MERGE"):
+        schema.merge({}, {"meta": 3}, origin="node 'n'")
+    with pytest.raises(TypeError, match="expected a KeyStrategy"):
+        StateSchema({"x": "append"})  # type: ignore[dict-item]
+
+
+def test_state_in_outputs_is_read_only_and_mutation_cannot_reach_a_checkpoint() -> None:
+    saver = MemorySaver()
+    app = (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("a", lambda s: {"log": {"nested": [1, 2]}, "box": {"k": [1]}})
+        .add_edge(START, "a")
+        .add_edge("a", END)
+        .compile(checkpointer=saver)
+    )
+    outputs: list[NodeOutput] = []
+    config = RunnableConfig(thread_id="t")
+    app.stream({}, config).subscribe(outputs.append)
+    state = outputs[-1].state
+    with pytest.raises(TypeError):
+        state["box"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError):
+        state["box"]["k"] = 2
+    with pytest.raises(AttributeError):
+        state["box"]["k"].append(2)
+    with pytest.raises(AttributeError):
+        state["log"].append("x")
+    final = app.invoke(None, config)
+    final["box"] = "changed"
+    assert app.get_state(config).values == {"log": [{"nested": [1, 2]}], "box": {"k": [1]}}
+
+
+def test_node_state_is_read_only() -> None:
+    def sneaky(state: Any) -> None:
+        state["x"] = 1
+
+    app = StateGraph().add_node("a", sneaky).add_edge(START, "a").add_edge("a", END).compile()
+    with pytest.raises(TypeError):
+        app.invoke({})
+
+
+def test_frozen_list_behaves_like_an_immutable_sequence() -> None:
+    base = FrozenList([1, 2])
+    longer = base.extended([3])
+    fork = base.extended([9])
+    assert list(base) == [1, 2] and list(longer) == [1, 2, 3] and list(fork) == [1, 2, 9]
+    assert longer[-1] == 3 and longer[1:] == [2, 3] and isinstance(longer[1:], FrozenList)
+    assert longer == (1, 2, 3) and [1, 2, 3] == longer and longer != [1, 2]  # noqa: SIM300 (reflected ==)
+    assert hash(longer) == hash(FrozenList([1, 2, 3]))
+    assert list(reversed(longer)) == [3, 2, 1]
+    with pytest.raises(IndexError):
+        _ = base[2]
+    assert repr(base) == "FrozenList([1, 2])"

@@ -1,0 +1,123 @@
+"""Compile-time validation, and the one routing error that can only be found at run time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rxgraph import END, START, GraphValidationError, StateGraph
+
+
+def _noop(state: Any) -> None:
+    return None
+
+
+def test_unknown_node_in_an_edge() -> None:
+    graph = StateGraph().add_node("a", _noop).add_edge(START, "a").add_edge("a", "b")
+    with pytest.raises(GraphValidationError, match=r"edge 'a' -> 'b': unknown node 'b'"):
+        graph.compile()
+
+
+def test_unknown_source_of_an_edge() -> None:
+    graph = StateGraph().add_node("a", _noop).add_edge(START, "a").add_edge("a", END).add_edge("ghost", "a")
+    with pytest.raises(GraphValidationError, match=r"edge from 'ghost': unknown node 'ghost'"):
+        graph.compile()
+
+
+def test_unknown_target_in_a_path_map() -> None:
+    graph = StateGraph().add_node("a", _noop).add_edge(START, "a").add_conditional_edges("a", _noop, {"x": "nowhere"})
+    with pytest.raises(GraphValidationError, match=r"unknown node 'nowhere'"):
+        graph.compile()
+
+
+def test_no_edge_from_start() -> None:
+    graph = StateGraph().add_node("a", _noop).add_edge("a", END)
+    with pytest.raises(GraphValidationError, match="no edge from START"):
+        graph.compile()
+
+
+def test_a_node_with_no_outgoing_edge() -> None:
+    graph = StateGraph().add_node("a", _noop).add_node("b", _noop).add_edge(START, "a").add_edge("a", "b")
+    with pytest.raises(GraphValidationError, match=r"\['b'\] have no outgoing edge"):
+        graph.compile()
+
+
+def test_duplicate_node_names() -> None:
+    graph = StateGraph().add_node("a", _noop)
+    with pytest.raises(GraphValidationError, match="'a' already exists"):
+        graph.add_node("a", _noop)
+
+
+@pytest.mark.parametrize("name", [START, END])
+def test_reserved_names(name: str) -> None:
+    with pytest.raises(GraphValidationError, match="reserved"):
+        StateGraph().add_node(name, _noop)
+
+
+def test_empty_name_and_empty_graph() -> None:
+    with pytest.raises(GraphValidationError, match="non-empty string"):
+        StateGraph().add_node("", _noop)
+    with pytest.raises(GraphValidationError, match="no nodes"):
+        StateGraph().compile()
+
+
+def test_two_ways_out_of_one_node() -> None:
+    graph = (
+        StateGraph()
+        .add_node("a", _noop)
+        .add_node("b", _noop)
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .add_edge("a", END)
+    )
+    graph.add_edge("b", END)
+    with pytest.raises(GraphValidationError, match="'a' has more than one way out"):
+        graph.compile()
+
+
+def test_edges_from_end_and_into_start() -> None:
+    base = StateGraph().add_node("a", _noop).add_edge(START, "a")
+    with pytest.raises(GraphValidationError, match="END has no outgoing edges"):
+        base.add_edge("a", END).add_edge(END, "a").compile()
+    with pytest.raises(GraphValidationError, match="START cannot be a target"):
+        StateGraph().add_node("a", _noop).add_edge(START, "a").add_edge("a", START).compile()
+
+
+def test_an_action_that_takes_no_argument_is_rejected() -> None:
+    with pytest.raises(TypeError, match="accept the state"):
+        StateGraph().add_node("a", lambda: None)
+
+
+def test_route_returning_an_unknown_label_is_a_run_time_error_to_the_subscriber() -> None:
+    app = (
+        StateGraph()
+        .add_node("a", _noop)
+        .add_edge(START, "a")
+        .add_conditional_edges("a", lambda s: "maybe", {"yes": END, "no": "a"})
+        .compile()
+    )
+    errors: list[Exception] = []
+    app.stream({}).subscribe(on_error=errors.append)
+    assert len(errors) == 1
+    assert isinstance(errors[0], GraphValidationError)
+    assert "the route of 'a' returned 'maybe'" in str(errors[0])
+
+
+def test_route_without_a_map_returning_an_unknown_node_names_the_nodes() -> None:
+    app = StateGraph().add_node("a", _noop).add_edge(START, "a").add_conditional_edges("a", lambda s: "zz").compile()
+    with pytest.raises(GraphValidationError, match=r"returned 'zz', which is neither a node of the graph nor END"):
+        app.invoke({})
+
+
+def test_route_with_a_list_of_names() -> None:
+    app = (
+        StateGraph()
+        .add_node("a", lambda s: {"n": s.get("n", 0) + 1})
+        .add_node("b", _noop)
+        .add_edge(START, "a")
+        .add_conditional_edges("a", lambda s: "b" if s["n"] > 2 else "a", ["a", "b"])
+        .add_edge("b", END)
+        .compile()
+    )
+    assert app.invoke({}) == {"n": 3}
