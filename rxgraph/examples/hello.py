@@ -19,8 +19,12 @@ from rxgraph import END, START, KeyStrategy, MemorySaver, NodeOutput, RunnableCo
 def build(saver: MemorySaver) -> Any:
     def greet(state: Any, config: RunnableConfig) -> rx.Observable[str]:
         # A "model" that streams one word every 10 ticks on the run's scheduler.
-        words = ["Hello", ", ", state["name"], "!"]
-        return rx.interval(10.0).pipe(ops.take(len(words)), ops.map(lambda i: words[i]))
+        words: list[str] = ["Hello", ", ", str(state["name"]), "!"]
+
+        def word(tick: int) -> str:
+            return words[tick]
+
+        return rx.interval(10.0).pipe(ops.take(len(words)), ops.map(word))
 
     def reduce(chunks: Sequence[str]) -> dict[str, Any]:
         return {"messages": "".join(chunks)}
