@@ -30,3 +30,63 @@ class CountingSaver(MemorySaver):
 def nodes_written(saver: MemorySaver, thread_id: str) -> list[Any]:
     """The node of every checkpoint of the thread, oldest first."""
     return [c.node for c in reversed(saver.list(thread_id))]
+
+
+class ScriptedChat:
+    """A two-node chat graph (model, tools) whose model answers from a script and records every request.
+
+    Each script item is an ``AssistantMessage`` (the model's reply), an exception (the model call fails), or a
+    callable ``(scheduler) -> Observable`` for replies that take virtual time.
+    """
+
+    def __init__(self, script: list[Any], saver: MemorySaver, **compile_kwargs: Any) -> None:
+        from rxgraph import END, START, KeyStrategy, StateGraph
+        from rxgraph.messages import AssistantMessage, ToolMessage
+
+        self.script = list(script)
+        self.requests: list[list[Any]] = []
+        self.saver = saver
+
+        def model(state: Any, config: Any) -> Any:
+            self.requests.append(list(state["messages"]))
+            reply = self.script.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            if callable(reply):
+                return reply(config.scheduler)
+            return {"messages": reply}
+
+        def tools(state: Any) -> dict[str, Any]:
+            last = state["messages"][-1]
+            assert isinstance(last, AssistantMessage)
+            return {
+                "messages": [
+                    ToolMessage(tool_call_id=call.id, content=f"{call.name} says ok") for call in last.tool_calls
+                ]
+            }
+
+        def route(state: Any) -> str:
+            last = state["messages"][-1]
+            return "tools" if isinstance(last, AssistantMessage) and last.tool_calls else END
+
+        self.graph = (
+            StateGraph({"messages": KeyStrategy.APPEND})
+            .add_node("model", model)
+            .add_node("tools", tools)
+            .add_edge(START, "model")
+            .add_conditional_edges("model", route)
+            .add_edge("tools", "model")
+            .compile(checkpointer=saver, **compile_kwargs)
+        )
+
+
+def tool_call_reply(call_id: str = "c1", name: str = "lookup") -> Any:
+    from rxgraph.messages import AssistantMessage, ToolCall
+
+    return AssistantMessage(tool_calls=[ToolCall(id=call_id, name=name, arguments="{}")])
+
+
+def final_reply(text: str = "done") -> Any:
+    from rxgraph.messages import AssistantMessage
+
+    return AssistantMessage(content=text)

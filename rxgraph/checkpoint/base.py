@@ -40,6 +40,15 @@ class Checkpoint(BaseModel):
     run_id: str = Field(min_length=1)
     source: CheckpointSource
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    safe: bool = Field(
+        default=True,
+        description="whether the message history can take a new user turn; computed once, when written",
+    )
+    unsafe_reason: str | None = Field(default=None, description="why the history is not safe (the broken rules)")
+    rolled_back_from: str | None = Field(
+        default=None,
+        description="on a run's first checkpoint: the unsafe head the run did not start from (its base is parent_id)",
+    )
 
     @field_validator("values", mode="after")
     @classmethod
@@ -85,3 +94,26 @@ class CheckpointSaver(abc.ABC):
     @abc.abstractmethod
     def threads(self) -> builtins.list[str]:
         """Every thread id that has at least one checkpoint."""
+
+    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
+        """The newest checkpoint of the thread whose ``safe`` flag is set (with ``seq < before_seq`` when given).
+
+        The default reads the head first and then walks back a page at a time, so the common case (a safe head)
+        costs one read; savers with an index on ``safe`` may answer in one query.
+        """
+        if before_seq is None:
+            head = self.get(thread_id)
+            if head is None or head.safe:
+                return head
+            before_seq = head.seq
+        page = 1
+        while before_seq > 1:
+            older = self.list(thread_id, limit=page, before_seq=before_seq)
+            if not older:
+                return None
+            for checkpoint in older:
+                if checkpoint.safe:
+                    return checkpoint
+            before_seq = older[-1].seq
+            page = min(page * 4, 256)
+        return None

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from ..errors import GraphValidationError
 from .constants import END, RESERVED_NAMES, START
 from .edges import Branch, Route
 from .node import NodeAction, NodeSpec, Reducer
 from .state import KeyStrategy, StateSchema
+
+UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
 
 if TYPE_CHECKING:
     from ..checkpoint.base import CheckpointSaver
@@ -76,8 +78,21 @@ class StateGraph:
         self._conditional.append(Branch(source, route=route, path_map=mapping))
         return self
 
-    def compile(self, checkpointer: CheckpointSaver | None = None) -> CompiledGraph:
+    def compile(
+        self,
+        checkpointer: CheckpointSaver | None = None,
+        *,
+        on_unsafe_head: UnsafeHeadPolicy = "rollback",
+        messages_key: str | None = "messages",
+    ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
+
+        - ``checkpointer``: where the thread's checkpoints go (none: runs keep no state between them).
+        - ``on_unsafe_head``: what a run with new input does when the thread's head holds a history that cannot take
+          a new user message (a half turn left by a crash, an error, or an older version): ``"rollback"`` starts
+          from the newest safe checkpoint, ``"error"`` fails the run with ``UnsafeHistoryError``, ``"ignore"``
+          starts from the head anyway.
+        - ``messages_key``: the state key holding the chat history the safety rules apply to (None: no rules).
 
         Raises ``GraphValidationError`` naming the problem (unknown node in an edge, no edge from START, a node with
         no way out, several ways out of one node).
@@ -85,7 +100,12 @@ class StateGraph:
         from .compiled import CompiledGraph
 
         return CompiledGraph(
-            schema=self._schema, nodes=dict(self._nodes), branches=self._validate(), checkpointer=checkpointer
+            schema=self._schema,
+            nodes=dict(self._nodes),
+            branches=self._validate(),
+            checkpointer=checkpointer,
+            on_unsafe_head=on_unsafe_head,
+            messages_key=messages_key,
         )
 
     def _validate(self) -> dict[str, Branch]:

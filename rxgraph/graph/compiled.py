@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reactivex import Observable, abc
 from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..errors import CheckpointNotFoundError
+from ..errors import CheckpointNotFoundError, UnsafeHistoryError
 from ..rx import SignalType, do_finally, do_on_cancel
 from .config import RunnableConfig
 from .edges import Branch
@@ -20,9 +21,15 @@ from .node import NodeSpec
 from .outputs import NodeOutput, StateSnapshot
 from .run_context import RunContext
 from .runner import Run
+from .safety import HistorySafety
 from .state import StateSchema
 
+if TYPE_CHECKING:
+    from .builder import UnsafeHeadPolicy
+
 __all__ = ["CompiledGraph"]
+
+_log = logging.getLogger("rxgraph")
 
 
 class CompiledGraph:
@@ -39,9 +46,17 @@ class CompiledGraph:
         nodes: Mapping[str, NodeSpec],
         branches: Mapping[str, Branch],
         checkpointer: CheckpointSaver | None,
+        on_unsafe_head: UnsafeHeadPolicy = "rollback",
+        messages_key: str | None = "messages",
     ) -> None:
         if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
             raise TypeError(f"checkpointer must be a CheckpointSaver, got {type(checkpointer).__name__}")
+        if on_unsafe_head not in ("rollback", "error", "ignore"):
+            raise ValueError(f"on_unsafe_head must be 'rollback', 'error' or 'ignore', got {on_unsafe_head!r}")
+        if messages_key is not None and not (isinstance(messages_key, str) and messages_key):
+            raise ValueError(f"messages_key must be a non-empty string or None, got {messages_key!r}")
+        self.on_unsafe_head: UnsafeHeadPolicy = on_unsafe_head
+        self.messages_key = messages_key
         self.schema = schema
         self.nodes: Mapping[str, NodeSpec] = MappingProxyType(dict(nodes))
         self.branches: Mapping[str, Branch] = MappingProxyType(dict(branches))
@@ -105,7 +120,7 @@ class CompiledGraph:
             run_config = (
                 config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
             )
-            ctx = RunContext(config.thread_id, self.checkpointer)
+            ctx = RunContext(config.thread_id, self.checkpointer, HistorySafety(self.messages_key))
             run = Run(self, ctx, frozen_input, run_config, run_scheduler, on_final_state)
 
             def _finally(signal: SignalType) -> None:
@@ -136,13 +151,40 @@ class CompiledGraph:
         saver = self.checkpointer
         if saver is None or config.thread_id is None:
             return None
-        head = saver.get(config.thread_id)
+        thread_id = config.thread_id
+        head = saver.get(thread_id)
         if config.checkpoint_id is not None:
-            base = saver.get(config.thread_id, config.checkpoint_id)
+            # An explicit checkpoint is a replay or a fork: the caller chose the base, no selection.
+            base = saver.get(thread_id, config.checkpoint_id)
             if base is None:
-                raise CheckpointNotFoundError(f"thread {config.thread_id!r} has no checkpoint {config.checkpoint_id!r}")
-        else:
+                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+        elif head is None or head.safe or not has_input or self.on_unsafe_head == "ignore":
+            # Without input the run resumes the head's own turn, which is allowed to be half done.
             base = head
+        elif self.on_unsafe_head == "error":
+            raise UnsafeHistoryError(
+                f"thread {thread_id!r}: the head checkpoint {head.id!r} (seq {head.seq}) cannot take new input: "
+                f"{head.unsafe_reason}. Compile with on_unsafe_head='rollback' to start from the newest safe "
+                "checkpoint instead."
+            )
+        else:
+            base = saver.latest_safe(thread_id, before_seq=head.seq)
+            if base is None:
+                raise UnsafeHistoryError(
+                    f"thread {thread_id!r}: no checkpoint has a history that can take new input (the head "
+                    f"{head.id!r} has: {head.unsafe_reason}); start a new thread, or run from a chosen "
+                    "checkpoint with RunnableConfig(checkpoint_id=...)"
+                )
+            _log.warning(
+                "thread %r: head checkpoint %s (seq %d) is not safe for new input (%s); the run starts from "
+                "checkpoint %s (seq %d)",
+                thread_id,
+                head.id,
+                head.seq,
+                head.unsafe_reason,
+                base.id,
+                base.seq,
+            )
         ctx.start_from(head, base)
         return base
 

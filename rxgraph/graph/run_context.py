@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..checkpoint.base import Checkpoint, CheckpointSaver, CheckpointSource
+from .safety import HistorySafety
 
 __all__ = ["RunContext"]
 
@@ -26,9 +27,21 @@ __all__ = ["RunContext"]
 class RunContext:
     """Per-subscription state of a run: identity, the cancelled flag, the write lock and the last write."""
 
-    __slots__ = ("_lock", "base", "cancelled", "head", "parent_id", "run_id", "saver", "thread_id", "writes")
+    __slots__ = (
+        "_lock",
+        "base",
+        "cancelled",
+        "head",
+        "parent_id",
+        "rolled_back_from",
+        "run_id",
+        "safety",
+        "saver",
+        "thread_id",
+        "writes",
+    )
 
-    def __init__(self, thread_id: str | None, saver: CheckpointSaver | None) -> None:
+    def __init__(self, thread_id: str | None, saver: CheckpointSaver | None, safety: HistorySafety) -> None:
         self.thread_id = thread_id
         self.saver = saver
         self.run_id = uuid.uuid4().hex
@@ -39,6 +52,8 @@ class RunContext:
         self.head: Checkpoint | None = None  # the head this run expects (what it read at start, then its own writes)
         self.parent_id: str | None = None  # parent of the next checkpoint this run writes
         self.writes: list[Checkpoint] = []
+        self.safety = safety
+        self.rolled_back_from: str | None = None  # the unsafe head this run did not start from, if any
 
     @property
     def write_lock(self) -> threading.RLock:
@@ -49,6 +64,10 @@ class RunContext:
         self.head = head
         self.base = base
         self.parent_id = base.id if base is not None else None
+        if head is not None and base is not head and (base is None or base.id != head.id):
+            self.rolled_back_from = head.id
+        if base is not None:
+            self.safety.seed(base.values, base.safe)
 
     def mark_cancelled(self) -> None:
         """The subscriber went away: from now on no write of this run may land."""
@@ -66,6 +85,7 @@ class RunContext:
         if saver is None or self.cancelled:
             return None
         head = self.head
+        safe, unsafe_reason = self.safety.assess(values)
         checkpoint = Checkpoint._trusted(
             id=uuid.uuid4().hex,
             thread_id=self.thread_id,
@@ -76,6 +96,9 @@ class RunContext:
             next=next_nodes,
             run_id=self.run_id,
             source=source,
+            safe=safe,
+            unsafe_reason=unsafe_reason,
+            rolled_back_from=self.rolled_back_from if not self.writes else None,
         )
         with self._lock:
             # Re-check under the lock: the flag may have been raised while the checkpoint was being built, and

@@ -27,6 +27,7 @@ __all__ = [
     "check_ready_for_user_input",
     "check_request",
     "is_ready_for_user_input",
+    "readiness_from",
     "readiness_violations",
     "sequence_violations",
 ]
@@ -66,8 +67,14 @@ def _describe(message: Message) -> str:
     return f"a {message.role} message"
 
 
-def _scan(messages: Sequence[Message]) -> tuple[list[SequenceViolation], _EndState]:
+def _scan(messages: Sequence[Message], start: int = 0) -> tuple[list[SequenceViolation], _EndState, int]:
+    """Check ``messages[start:]``, given that ``messages[:start]`` is ready for user input (clean).
+
+    Returns the violations, the state at the end, and the length of the longest clean prefix: the largest ``n``
+    such that ``messages[:n]`` is violation-free and ends outside a tool block (ready for user input).
+    """
     violations: list[SequenceViolation] = []
+    clean_end = start
 
     # The open tool block: the assistant message that made the calls, the ids still waiting for a response
     # (a dict, so reasons list them in the assistant's order) and, for each answered id, where it was answered.
@@ -80,7 +87,8 @@ def _scan(messages: Sequence[Message]) -> tuple[list[SequenceViolation], _EndSta
     interrupted_by = -1
     interrupted_ids: frozenset[str] = frozenset()
 
-    for i, message in enumerate(messages):
+    for i in range(start, len(messages)):
+        message = messages[i]
         if isinstance(message, ToolMessage):
             call_id = message.tool_call_id
             if open_index is not None:
@@ -172,6 +180,8 @@ def _scan(messages: Sequence[Message]) -> tuple[list[SequenceViolation], _EndSta
             answered = {}
         else:
             open_index = None
+            if not violations:
+                clean_end = i + 1
 
     last_index = len(messages) - 1
     end = _EndState(
@@ -180,7 +190,7 @@ def _scan(messages: Sequence[Message]) -> tuple[list[SequenceViolation], _EndSta
         ends_with_tool=last_index >= 0 and isinstance(messages[last_index], ToolMessage),
         last_index=last_index,
     )
-    return violations, end
+    return violations, end, clean_end
 
 
 def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
@@ -188,7 +198,7 @@ def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
 
     Raises ``TypeError`` naming the index if an element is not an rxgraph message.
     """
-    violations, _ = _scan(messages)
+    violations, _, _ = _scan(messages)
     return violations
 
 
@@ -198,7 +208,22 @@ def readiness_violations(messages: Sequence[Message]) -> list[SequenceViolation]
     A rule-4 violation points at the assistant message whose calls are still pending, or else at the final
     tool message.
     """
-    violations, end = _scan(messages)
+    return _readiness(messages, 0)[0]
+
+
+def readiness_from(messages: Sequence[Message], start: int) -> tuple[list[SequenceViolation], int]:
+    """Rules 1-4 on ``messages`` when ``messages[:start]`` is already known to be ready: only the rest is scanned.
+
+    Returns the violations and the length of the longest ready prefix, the ``start`` to use next time the same
+    history has grown. This is what lets a checkpoint record its safety in O(new messages), not O(history).
+    """
+    if not 0 <= start <= len(messages):
+        raise ValueError(f"start must be within the history (0..{len(messages)}), got {start}")
+    return _readiness(messages, start)
+
+
+def _readiness(messages: Sequence[Message], start: int) -> tuple[list[SequenceViolation], int]:
+    violations, end, clean_end = _scan(messages, start)
     if end.pending:
         assert end.open_index is not None
         violations.append(
@@ -218,7 +243,7 @@ def readiness_violations(messages: Sequence[Message]) -> list[SequenceViolation]
                 "before the next user turn",
             )
         )
-    return violations
+    return violations, clean_end
 
 
 def is_ready_for_user_input(messages: Sequence[Message]) -> bool:
