@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-def test_hello_example_runs_and_shows_the_cancelled_turn_wrote_only_its_input() -> None:
+def test_hello_example_runs_and_shows_the_cancelled_turn_rewound() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rxgraph.examples.hello"], capture_output=True, text=True, check=True, timeout=60
     )
@@ -14,4 +14,5 @@ def test_hello_example_runs_and_shows_the_cancelled_turn_wrote_only_its_input() 
     assert any("chunk ', '" in line and "t=  120" in line for line in lines)
     assert not any("t=  130" in line for line in lines)  # nothing after the dispose at t=125
     history = [line for line in lines if line.strip().startswith("seq ")]
-    assert [h.split()[2] for h in history] == ["input", "loop", "loop", "input"]
+    assert [h.split()[2] for h in history] == ["rewind", "input", "loop", "loop", "input"]
+    assert history[0].split(None, 4)[4] == history[2].split(None, 4)[4]  # rewound head == state after turn 1

@@ -1,4 +1,4 @@
-"""A first look at rxgraph: a streaming node, checkpoints, and a cancelled run that writes nothing.
+"""A first look at rxgraph: a streaming node, checkpoints, and a cancelled run that is rewound.
 
 Run it with ``python -m rxgraph.examples.hello``. Everything happens in virtual time on a ``TestScheduler``, so the
 output is the same on every machine.
@@ -67,7 +67,10 @@ def main() -> None:
         checkpoint = snapshot.checkpoint
         assert checkpoint is not None
         print(f"  seq {checkpoint.seq}  {checkpoint.source:<6} node={checkpoint.node!s:<10} {dict(snapshot.values)}")
-    print("turn 2 wrote its input checkpoint only: its streaming node was cancelled before its tail ran.")
+    print(
+        "turn 2 wrote only its input checkpoint (its streaming node was cancelled before its tail ran), then the\n"
+        "cancel rewound the thread: the head (seq 5) is again the state after turn 1."
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from .node import NodeAction, NodeSpec, Reducer
 from .state import KeyStrategy, StateSchema
 
 UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
+CancelPolicy = Literal["rewind", "keep"]
 
 if TYPE_CHECKING:
     from ..checkpoint.base import CheckpointSaver
@@ -83,6 +84,7 @@ class StateGraph:
         checkpointer: CheckpointSaver | None = None,
         *,
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
+        on_cancel: CancelPolicy = "rewind",
         messages_key: str | None = "messages",
     ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
@@ -92,6 +94,9 @@ class StateGraph:
           a new user message (a half turn left by a crash, an error, or an older version): ``"rollback"`` starts
           from the newest safe checkpoint, ``"error"`` fails the run with ``UnsafeHistoryError``, ``"ignore"``
           starts from the head anyway.
+        - ``on_cancel``: what happens to the thread when a subscriber cancels a run (dispose, ``take``,
+          ``take_until``, ``timeout``): ``"rewind"`` writes a new head equal to the state before the run, so the
+          turn is as if it never happened; ``"keep"`` leaves whatever the run had written.
         - ``messages_key``: the state key holding the chat history the safety rules apply to (None: no rules).
 
         Raises ``GraphValidationError`` naming the problem (unknown node in an edge, no edge from START, a node with
@@ -105,6 +110,7 @@ class StateGraph:
             branches=self._validate(),
             checkpointer=checkpointer,
             on_unsafe_head=on_unsafe_head,
+            on_cancel=on_cancel,
             messages_key=messages_key,
         )
 

@@ -13,7 +13,7 @@ from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..errors import CheckpointNotFoundError, UnsafeHistoryError
+from ..errors import CheckpointConflictError, CheckpointNotFoundError, UnsafeHistoryError
 from ..rx import SignalType, do_finally, do_on_cancel
 from .config import RunnableConfig
 from .edges import Branch
@@ -25,7 +25,7 @@ from .safety import HistorySafety
 from .state import StateSchema
 
 if TYPE_CHECKING:
-    from .builder import UnsafeHeadPolicy
+    from .builder import CancelPolicy, UnsafeHeadPolicy
 
 __all__ = ["CompiledGraph"]
 
@@ -47,6 +47,7 @@ class CompiledGraph:
         branches: Mapping[str, Branch],
         checkpointer: CheckpointSaver | None,
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
+        on_cancel: CancelPolicy = "rewind",
         messages_key: str | None = "messages",
     ) -> None:
         if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
@@ -55,7 +56,10 @@ class CompiledGraph:
             raise ValueError(f"on_unsafe_head must be 'rollback', 'error' or 'ignore', got {on_unsafe_head!r}")
         if messages_key is not None and not (isinstance(messages_key, str) and messages_key):
             raise ValueError(f"messages_key must be a non-empty string or None, got {messages_key!r}")
+        if on_cancel not in ("rewind", "keep"):
+            raise ValueError(f"on_cancel must be 'rewind' or 'keep', got {on_cancel!r}")
         self.on_unsafe_head: UnsafeHeadPolicy = on_unsafe_head
+        self.on_cancel: CancelPolicy = on_cancel
         self.messages_key = messages_key
         self.schema = schema
         self.nodes: Mapping[str, NodeSpec] = MappingProxyType(dict(nodes))
@@ -135,7 +139,30 @@ class CompiledGraph:
         return Observable(_subscribe)
 
     def _on_cancelled(self, ctx: RunContext) -> None:
-        ctx.close()
+        # Runs from do_finally: after the whole upstream was disposed, so this is the run's last word.
+        if self.on_cancel == "keep":
+            ctx.close()
+            return
+        try:
+            rewound = ctx.rewind()
+        except CheckpointConflictError as conflict:
+            _log.info(
+                "thread %r: run %s was cancelled, but another writer moved the head to %s since; the rewind "
+                "leaves that newer head alone",
+                ctx.thread_id,
+                ctx.run_id,
+                conflict.actual_head,
+            )
+        except Exception:
+            # Never mask the cancellation: the next turn's safe-head selection still protects the history.
+            _log.exception(
+                "thread %r: run %s was cancelled and rewinding the thread to its pre-turn state failed",
+                ctx.thread_id,
+                ctx.run_id,
+            )
+        else:
+            if rewound is not None:
+                _log.debug("thread %r: cancelled run %s rewound to %s", ctx.thread_id, ctx.run_id, rewound.parent_id)
 
     def _check_config(self, config: RunnableConfig | None) -> RunnableConfig:
         if config is None:
@@ -185,7 +212,9 @@ class CompiledGraph:
                 base.id,
                 base.seq,
             )
-        ctx.start_from(head, base)
+        # A cancelled run puts back what the thread looked like to a new turn: the base it chose, or, for a run from
+        # an explicit checkpoint (a replay), the head it found.
+        ctx.start_from(head, base, rewind_to=head if config.checkpoint_id is not None else base)
         return base
 
     # -- reading threads ---------------------------------------------------------------------------------------

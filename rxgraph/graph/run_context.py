@@ -33,10 +33,13 @@ class RunContext:
         "cancelled",
         "head",
         "parent_id",
+        "rewind_to",
         "rolled_back_from",
         "run_id",
         "safety",
         "saver",
+        "start_head",
+        "started",
         "thread_id",
         "writes",
     )
@@ -54,13 +57,19 @@ class RunContext:
         self.writes: list[Checkpoint] = []
         self.safety = safety
         self.rolled_back_from: str | None = None  # the unsafe head this run did not start from, if any
+        self.started = False  # the base was read (a run that failed before it has nothing to undo)
+        self.start_head: Checkpoint | None = None  # the thread's head when the run subscribed
+        self.rewind_to: Checkpoint | None = None  # the state a cancelled run puts back
 
     @property
     def write_lock(self) -> threading.RLock:
         return self._lock
 
-    def start_from(self, head: Checkpoint | None, base: Checkpoint | None) -> None:
-        """Record the thread's head at subscribe time and the base the run starts from."""
+    def start_from(self, head: Checkpoint | None, base: Checkpoint | None, *, rewind_to: Checkpoint | None) -> None:
+        """Record the thread's head at subscribe time, the base the run starts from, and what a cancel restores."""
+        self.started = True
+        self.start_head = head
+        self.rewind_to = rewind_to
         self.head = head
         self.base = base
         self.parent_id = base.id if base is not None else None
@@ -115,3 +124,37 @@ class RunContext:
         """Wait for a write in flight (if any) to land; every write after this sees the cancelled flag."""
         with self._lock:
             pass
+
+    def rewind(self) -> Checkpoint | None:
+        """After a cancel: put the thread back to ``rewind_to`` (the state before the turn) as its last writer.
+
+        Writes a *new* head (source ``rewind``) whose values are ``rewind_to``'s — the same objects, so a saver
+        stores it in O(keys) — or an empty state for a first-ever turn. The write is a compare-and-set against this
+        run's last write (or the head it started from): if another writer moved the head since, it raises
+        ``CheckpointConflictError`` and the newer head stays. Returns None when there is nothing to undo.
+        """
+        saver = self.saver
+        with self._lock:  # any write in flight lands first; every later one sees the cancelled flag
+            if saver is None or not self.started:
+                return None
+            target, start = self.rewind_to, self.start_head
+            if not self.writes and (target.id if target else None) == (start.id if start else None):
+                return None  # the run wrote nothing and the head already is the pre-turn state
+            head = self.head
+            checkpoint = Checkpoint._trusted(
+                id=uuid.uuid4().hex,
+                thread_id=self.thread_id,
+                seq=head.seq + 1 if head is not None else 1,
+                parent_id=target.id if target is not None else None,
+                values=target.values if target is not None else MappingProxyType({}),
+                node=None,
+                next=(),
+                run_id=self.run_id,
+                source="rewind",
+                safe=target.safe if target is not None else True,
+                unsafe_reason=target.unsafe_reason if target is not None else None,
+                rolled_back_from=None,
+            )
+            saver.put(checkpoint, expected_head=head.id if head is not None else None)
+            self.head = checkpoint
+            return checkpoint

@@ -56,13 +56,14 @@ def test_an_error_in_the_model_after_the_tool_checkpoint_then_the_next_request_i
 
 def test_cancel_right_after_the_tool_checkpoint_then_the_next_request_is_valid() -> None:
     # The model's second answer takes 10 ticks; the subscriber leaves at tick 5 of it, after the tools node wrote.
+    # on_cancel="keep" switches the rewind off: the selection alone must keep the next request valid.
     scheduler = TestScheduler()
     saver = MemorySaver()
 
     def slow_final(sched: Any) -> rx.Observable[dict[str, Any]]:
         return rx.timer(10.0, scheduler=sched).pipe(ops.map(lambda _: {"messages": final_reply("late")}))
 
-    chat = ScriptedChat([tool_call_reply(), slow_final, final_reply("ok")], saver)
+    chat = ScriptedChat([tool_call_reply(), slow_final, final_reply("ok")], saver, on_cancel="keep")
     config = CONFIG.model_copy(update={"scheduler": scheduler})
     subscription = chat.graph.stream(_user("weather?"), config).subscribe()
     scheduler.advance_by(5.0)
