@@ -1,0 +1,19 @@
+"""Agents: a chat model and its tools, run as a graph with atomic turns."""
+
+from .model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
+from .react import AgentInput, MaxIterationsError, ReactAgent
+from .tools import Tool, ToolInputError, tool
+
+__all__ = [
+    "AgentInput",
+    "ChatChunk",
+    "ChatModel",
+    "MaxIterationsError",
+    "ReactAgent",
+    "Tool",
+    "ToolCallDelta",
+    "ToolInputError",
+    "ToolSpec",
+    "merge_chunks",
+    "tool",
+]

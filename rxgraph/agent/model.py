@@ -1,0 +1,103 @@
+"""The chat model a ``ReactAgent`` talks to, and how its streamed chunks become one assistant message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+from reactivex import Observable
+
+from ..messages.types import AssistantMessage, Message, ToolCall
+
+__all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of one tool call, as OpenAI-compatible APIs stream them.
+
+    The first delta of a call carries its ``index``, ``id`` and ``name``; later deltas with the same ``index`` carry
+    more of its ``arguments`` text.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0)
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class ChatChunk(BaseModel):
+    """One streamed piece of a model's answer: some text, some tool-call deltas, and on the last one the reason the
+    model stopped (``"stop"``, ``"tool_calls"``, ``"length"``...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    content: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
+
+
+class ToolSpec(BaseModel):
+    """What a model is told about a tool: its name, what it does, and the JSON schema of its arguments."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_openai(self) -> dict[str, Any]:
+        """The tool in the OpenAI ``tools`` request format."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A streaming chat model.
+
+    ``stream`` returns a cold Observable of ``ChatChunk``s for one request: the full history (system prompt first
+    when there is one) and the tools the model may call. It should do nothing until subscribed, stop its request
+    when disposed, and use the scheduler it is subscribed with for anything time-related (the agent subscribes it
+    with the run's scheduler, so tests can run it in virtual time).
+    """
+
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]: ...
+
+
+def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
+    """Merge a model's streamed chunks into one ``AssistantMessage``.
+
+    Text is concatenated in order. Tool-call deltas are grouped by ``index`` (calls may interleave): the id and
+    name come from the first delta that has them, the arguments are the concatenation of every delta's piece.
+    Calls are ordered by index. Raises ``ValueError`` naming the index when a call never received an id or a name.
+    """
+    text: list[str] = []
+    calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]
+    for chunk in chunks:
+        if not isinstance(chunk, ChatChunk):
+            raise TypeError(f"a chat model must stream ChatChunk values, got {type(chunk).__name__}")
+        if chunk.content:
+            text.append(chunk.content)
+        for delta in chunk.tool_calls:
+            call = calls.get(delta.index)
+            if call is None:
+                call = calls[delta.index] = [None, None, []]
+            if call[0] is None and delta.id:
+                call[0] = delta.id
+            if call[1] is None and delta.name:
+                call[1] = delta.name
+            if delta.arguments:
+                call[2].append(delta.arguments)
+    tool_calls = []
+    for index in sorted(calls):
+        call_id, name, pieces = calls[index]
+        if not call_id or not name:
+            missing = "an id" if not call_id else "a name"
+            raise ValueError(f"the model streamed tool call #{index} without {missing}")
+        tool_calls.append(ToolCall(id=call_id, name=name, arguments="".join(pieces)))
+    return AssistantMessage(content="".join(text), tool_calls=tuple(tool_calls))

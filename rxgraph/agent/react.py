@@ -1,0 +1,200 @@
+"""``ReactAgent``: a streaming model and its tools in a loop, as a real ``StateGraph`` with atomic turns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import reactivex as rx
+from pydantic import BaseModel
+from reactivex import Observable
+from reactivex import operators as ops
+
+from ..checkpoint.base import CheckpointSaver
+from ..errors import RxGraphError
+from ..graph.builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
+from ..graph.compiled import CompiledGraph
+from ..graph.config import RunnableConfig
+from ..graph.constants import END, START
+from ..graph.outputs import NodeOutput, StateSnapshot
+from ..graph.state import KeyStrategy
+from ..messages.types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from .model import ChatChunk, ChatModel, merge_chunks
+from .tools import Tool, ToolInputError, tool
+
+__all__ = ["AgentInput", "MaxIterationsError", "ReactAgent"]
+
+AgentInput = str | Message | Sequence[Message]
+"""A user turn: its text, one message, or several messages (e.g. a system note and the user's question)."""
+
+_NO_RESULT = object()
+
+
+class MaxIterationsError(RxGraphError):
+    """The model kept calling tools after the agent's last allowed model call, which offered it no tools."""
+
+
+class ReactAgent:
+    """A ReAct agent: the model answers or calls tools; tool results go back to the model; repeat.
+
+    The graph (``agent.graph``) has two nodes: ``model`` streams the model's ``ChatChunk``s to the subscriber and
+    merges them into one ``AssistantMessage``; ``tools`` runs every call of that message, in call order, and appends
+    exactly one ``ToolMessage`` per call — an error message (``is_error=True``) for an unknown tool, arguments that
+    are not JSON or do not match the tool's schema, or a tool that raised. The loop ends when the model answers
+    without tool calls. Its ``max_iterations``-th call in one turn offers the model no tools, so it must answer.
+
+    With a checkpointer, a turn is atomic: a cancelled turn is rewound (``on_cancel="rewind"``), and a new turn
+    starts from the newest history that can take a user message (``on_unsafe_head="rollback"``).
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: Sequence[Tool | Any] = (),
+        *,
+        checkpointer: CheckpointSaver | None = None,
+        system_prompt: str | None = None,
+        max_iterations: int = 10,
+        on_cancel: CancelPolicy = "rewind",
+        on_unsafe_head: UnsafeHeadPolicy = "rollback",
+    ) -> None:
+        if not hasattr(model, "stream"):
+            raise TypeError(f"model must have a stream(messages, tools) method, got {type(model).__name__}")
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+        self.model = model
+        self.tools: Mapping[str, Tool] = {}
+        registry: dict[str, Tool] = {}
+        for item in tools:
+            wrapped = item if isinstance(item, Tool) else tool(item)
+            if wrapped.name in registry:
+                raise ValueError(f"two tools are named {wrapped.name!r}; tool names must be unique")
+            registry[wrapped.name] = wrapped
+        self.tools = registry
+        self.system_prompt = system_prompt
+        self.max_iterations = max_iterations
+        self._specs = tuple(t.spec for t in registry.values())
+        self.graph: CompiledGraph = (
+            StateGraph({"messages": KeyStrategy.APPEND})
+            .add_node("model", self._call_model, reduce=_model_update)
+            .add_node("tools", self._call_tools, reduce=_tools_update)
+            .add_edge(START, "model")
+            .add_conditional_edges("model", _after_model, {"tools": "tools", "end": END})
+            .add_edge("tools", "model")
+            .compile(checkpointer=checkpointer, on_cancel=on_cancel, on_unsafe_head=on_unsafe_head)
+        )
+
+    # -- running -----------------------------------------------------------------------------------------------
+
+    def stream(self, input: AgentInput, config: RunnableConfig | None = None) -> Observable[NodeOutput]:
+        """A cold Observable of one turn: ``StreamingOutput``s with the model's ``ChatChunk``s and the tools'
+        ``ToolMessage``s as they come, and a ``NodeOutput`` after each node."""
+        return self.graph.stream({"messages": _user_messages(input)}, self._config(config))
+
+    def invoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
+        """Run one turn to the end and return the model's final answer."""
+        final = self.graph.invoke({"messages": _user_messages(input)}, self._config(config))
+        answer = final["messages"][-1]
+        assert isinstance(answer, AssistantMessage)
+        return answer
+
+    def get_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The thread's state; ``values["messages"]`` is its history."""
+        return self.graph.get_state(config)
+
+    def _config(self, config: RunnableConfig | None) -> RunnableConfig:
+        # A turn takes up to two steps per model call; make sure the recursion limit allows a full turn.
+        config = config or RunnableConfig()
+        needed = 2 * self.max_iterations + 1
+        return config if config.recursion_limit >= needed else config.model_copy(update={"recursion_limit": needed})
+
+    # -- nodes -------------------------------------------------------------------------------------------------
+
+    def _call_model(self, state: Mapping[str, Any]) -> Observable[ChatChunk]:
+        history: Sequence[Message] = state.get("messages", ())
+        calls = _model_calls_this_turn(history)
+        if calls >= self.max_iterations:
+            raise MaxIterationsError(
+                f"the model asked for tools again after its last allowed call (max_iterations={self.max_iterations})"
+            )
+        request: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
+        request.extend(history)
+        tools = self._specs if calls + 1 < self.max_iterations else ()
+        return self.model.stream(request, tools)
+
+    def _call_tools(self, state: Mapping[str, Any]) -> Observable[ToolMessage]:
+        last = state["messages"][-1]
+        assert isinstance(last, AssistantMessage) and last.tool_calls
+        # In call order, one after the other: every call gets exactly one message, errors included.
+        return rx.concat(*(self._run_tool(call) for call in last.tool_calls))
+
+    def _run_tool(self, call: ToolCall) -> Observable[ToolMessage]:
+        def error(reason: str) -> ToolMessage:
+            return ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True)
+
+        chosen = self.tools.get(call.name)
+        if chosen is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            return rx.of(error(f"unknown tool {call.name!r}; the tools are: {known}"))
+        try:
+            arguments = chosen.parse_arguments(call.arguments)
+        except ToolInputError as problem:
+            return rx.of(error(f"tool {call.name!r} was not run: {problem}"))
+
+        def to_message(value: Any) -> ToolMessage:
+            if value is _NO_RESULT:
+                return error(f"tool {call.name!r} completed without a result")
+            return ToolMessage(tool_call_id=call.id, name=call.name, content=_as_text(value))
+
+        def failed(exception: Exception, _: Observable[ToolMessage]) -> Observable[ToolMessage]:
+            return rx.of(error(f"tool {call.name!r} failed: {type(exception).__name__}: {exception}"))
+
+        return chosen.run(**arguments).pipe(ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed))
+
+
+def _model_update(chunks: Sequence[ChatChunk]) -> dict[str, Any]:
+    return {"messages": merge_chunks(chunks)}
+
+
+def _tools_update(chunks: Sequence[ToolMessage]) -> dict[str, Any]:
+    return {"messages": list(chunks)}
+
+
+def _after_model(state: Mapping[str, Any]) -> str:
+    last = state["messages"][-1]
+    return "tools" if isinstance(last, AssistantMessage) and last.tool_calls else "end"
+
+
+def _model_calls_this_turn(history: Sequence[Message]) -> int:
+    calls = 0
+    for message in reversed(history):
+        if isinstance(message, UserMessage):
+            break
+        if isinstance(message, AssistantMessage):
+            calls += 1
+    return calls
+
+
+def _user_messages(input: AgentInput) -> list[Message]:
+    if isinstance(input, str):
+        return [UserMessage(content=input)]
+    if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
+        return [input]
+    messages = list(input)
+    for index, message in enumerate(messages):
+        if not isinstance(message, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
+            raise TypeError(f"agent input #{index}: expected an rxgraph message, got {type(message).__name__}")
+    if not messages:
+        raise ValueError("an agent turn needs at least one message")
+    return messages
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if value is None:
+        return ""
+    return json.dumps(value, default=str, ensure_ascii=False)

@@ -1,0 +1,60 @@
+"""Merging streamed chunks into one assistant message, the way OpenAI-compatible APIs stream tool calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from rxgraph.agent import ChatChunk, ToolCallDelta, merge_chunks
+from rxgraph.messages import ToolCall
+from rxgraph.testing import finish, text, tool_call
+
+
+def test_one_call_split_over_many_chunks() -> None:
+    parts = tool_call("c1", "get_weather", '{"city": "Paris", "unit": "C"}', split=5)
+    assert isinstance(parts, tuple) and len(parts) == 5
+    assert parts[1].tool_calls[0].id is None and parts[1].tool_calls[0].name is None
+    message = merge_chunks([*parts, finish("tool_calls")])
+    assert message.tool_calls == (ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris", "unit": "C"}'),)
+    assert message.content == ""
+
+
+def test_two_calls_interleaved_by_index() -> None:
+    a = tool_call("ca", "first", '{"x": 1}', index=0, split=2)
+    b = tool_call("cb", "second", '{"y": 2}', index=1, split=2)
+    assert isinstance(a, tuple) and isinstance(b, tuple)
+    message = merge_chunks([b[0], a[0], b[1], a[1]])
+    assert message.tool_calls == (
+        ToolCall(id="ca", name="first", arguments='{"x": 1}'),
+        ToolCall(id="cb", name="second", arguments='{"y": 2}'),
+    )
+
+
+def test_text_before_tool_calls_and_several_deltas_in_one_chunk() -> None:
+    both = ChatChunk(
+        tool_calls=(
+            ToolCallDelta(index=0, id="c1", name="f", arguments='{"a"'),
+            ToolCallDelta(index=1, id="c2", name="g", arguments="{}"),
+        )
+    )
+    message = merge_chunks(
+        [text("Let me "), text("check."), both, ChatChunk(tool_calls=(ToolCallDelta(index=0, arguments=": 1}"),))]
+    )
+    assert message.content == "Let me check."
+    assert [(c.id, c.arguments) for c in message.tool_calls] == [("c1", '{"a": 1}'), ("c2", "{}")]
+
+
+def test_plain_text_answer() -> None:
+    message = merge_chunks([text("Hello"), text(", world"), finish()])
+    assert message.content == "Hello, world" and message.tool_calls == ()
+
+
+def test_a_call_without_id_or_name_is_an_error() -> None:
+    with pytest.raises(ValueError, match="tool call #0 without an id"):
+        merge_chunks([ChatChunk(tool_calls=(ToolCallDelta(index=0, name="f"),))])
+    with pytest.raises(ValueError, match="tool call #2 without a name"):
+        merge_chunks([ChatChunk(tool_calls=(ToolCallDelta(index=2, id="x"),))])
+
+
+def test_non_chunks_are_rejected() -> None:
+    with pytest.raises(TypeError, match="must stream ChatChunk values, got str"):
+        merge_chunks(["text"])  # type: ignore[list-item]

@@ -1,0 +1,124 @@
+"""ReactAgent: a real StateGraph that streams the model, runs tools, and loops until an answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _weather_turn import weather_agent
+from reactivex.testing import TestScheduler
+
+from rxgraph import MemorySaver, NodeOutput, RunnableConfig, StreamingOutput
+from rxgraph.agent import ChatChunk, MaxIterationsError, ReactAgent
+from rxgraph.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    check_ready_for_user_input,
+    check_request,
+)
+from rxgraph.testing import ScriptedChatModel, finish, text, tool_call
+
+
+def test_full_streaming_run_persists_a_valid_paired_sequence() -> None:
+    scheduler, saver = TestScheduler(), MemorySaver()
+    agent, model = weather_agent(saver, first_turn=True)
+    config = RunnableConfig(thread_id="t1", scheduler=scheduler)
+    outputs: list[NodeOutput] = []
+    agent.stream("What's the weather in Paris?", config).subscribe(outputs.append)
+    scheduler.advance_by(20.0)
+    history = agent.get_state(config).values["messages"]
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[1].tool_calls[0].id == history[2].tool_call_id == "call-1"
+    assert history[2].content == "Sunny in Paris" and history[3].content == "Sunny today"
+    check_ready_for_user_input(history)
+    streamed = [(o.node, type(o.chunk).__name__) for o in outputs if isinstance(o, StreamingOutput)]
+    assert streamed == [
+        ("model", "ChatChunk"),
+        ("model", "ChatChunk"),
+        ("tools", "ToolMessage"),
+        ("model", "ChatChunk"),
+        ("model", "ChatChunk"),
+    ]
+    assert [o.node for o in outputs if type(o) is NodeOutput] == ["model", "tools", "model"]
+    assert model.calls == 2
+
+
+def test_invoke_returns_the_final_answer_and_the_model_gets_the_full_history_with_the_system_prompt_first() -> None:
+    model = ScriptedChatModel([[text("one")], [text("two")]])
+    agent = ReactAgent(model, checkpointer=MemorySaver(), system_prompt="Be brief.")
+    config = RunnableConfig(thread_id="t")
+    assert agent.invoke("first", config) == AssistantMessage(content="one")
+    assert agent.invoke([UserMessage(content="second")], config).content == "two"
+    assert model.requests[1].messages == (
+        SystemMessage(content="Be brief."),
+        UserMessage(content="first"),
+        AssistantMessage(content="one"),
+        UserMessage(content="second"),
+    )
+    assert agent.get_state(config).values["messages"][0] == UserMessage(content="first")  # not stored
+
+
+def test_a_model_may_answer_several_tool_calls_in_one_message() -> None:
+    calls = [tool_call("a", "echo", '{"word": "x"}', index=0), tool_call("b", "echo", '{"word": "y"}', index=1)]
+    model = ScriptedChatModel([[text("Checking. "), *calls, finish("tool_calls")], [text("done")]])
+
+    def echo(word: str) -> str:
+        return word * 2
+
+    agent = ReactAgent(model, tools=[echo], checkpointer=MemorySaver())
+    agent.invoke("go", RunnableConfig(thread_id="t"))
+    history = agent.get_state(RunnableConfig(thread_id="t")).values["messages"]
+    assert history[1].content == "Checking. "
+    assert [(m.tool_call_id, m.content) for m in history if isinstance(m, ToolMessage)] == [("a", "xx"), ("b", "yy")]
+    assert model.requests[0].tools[0].name == "echo"
+
+
+def test_the_last_allowed_model_call_offers_no_tools() -> None:
+    model = ScriptedChatModel([[tool_call("a", "echo", '{"word": "x"}')], [text("giving up on tools")]])
+
+    def echo(word: str) -> str:
+        return word
+
+    agent = ReactAgent(model, tools=[echo], max_iterations=2)
+    assert agent.invoke("go").content == "giving up on tools"
+    assert [len(r.tools) for r in model.requests] == [1, 0]
+
+
+def test_a_model_that_keeps_calling_tools_fails_the_turn_and_the_next_turn_is_still_valid() -> None:
+    looping = [tool_call("a", "echo", '{"word": "x"}')]
+    model = ScriptedChatModel([looping, [tool_call("b", "echo", '{"word": "y"}')], [text("fine")]])
+
+    def echo(word: str) -> str:
+        return word
+
+    agent = ReactAgent(model, tools=[echo], checkpointer=MemorySaver(), max_iterations=2)
+    config = RunnableConfig(thread_id="t")
+    with pytest.raises(MaxIterationsError, match="max_iterations=2"):
+        agent.invoke("go", config)
+    assert agent.invoke("again", config).content == "fine"
+    check_request(model.requests[-1].messages)
+
+
+def test_agent_input_forms() -> None:
+    model = ScriptedChatModel([[text("a")], [text("b")], [text("c")]])
+    agent = ReactAgent(model)
+    agent.invoke("plain text")
+    agent.invoke(UserMessage(content="one message"))
+    agent.invoke([SystemMessage(content="note"), UserMessage(content="two")])
+    assert [r.messages[-1].content for r in model.requests] == ["plain text", "one message", "two"]
+    with pytest.raises(ValueError, match="at least one message"):
+        agent.invoke([])
+    with pytest.raises(TypeError, match="agent input #0"):
+        agent.invoke([{"role": "user"}])  # type: ignore[list-item]
+
+
+def test_chat_chunks_are_what_the_model_node_streams() -> None:
+    model = ScriptedChatModel([[text("Hel"), text("lo")]])
+    outputs: list[Any] = []
+    ReactAgent(model).stream("hi").subscribe(outputs.append)
+    assert [o.chunk for o in outputs if isinstance(o, StreamingOutput)] == [
+        ChatChunk(content="Hel"),
+        ChatChunk(content="lo"),
+    ]
