@@ -1,5 +1,7 @@
 """rxgraph: stateful LLM agents and workflows as reactive graphs, where a turn is atomic under cancellation."""
 
+import logging as _logging
+
 from .checkpoint import Checkpoint, CheckpointSaver, MemorySaver
 from .errors import (
     CheckpointConflictError,
@@ -47,3 +49,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A library does not configure logging; this keeps Python's last-resort handler from printing our warnings.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

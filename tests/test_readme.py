@@ -13,5 +13,9 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(index: int, capsys: pytest.CaptureFixture[str]) -> None:
-    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), {"__name__": f"readme_block_{index}"})
+    namespace: dict[str, object] = {"__name__": f"readme_block_{index}"}
+    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
+    for name, function in list(namespace.items()):
+        if name.startswith("test_") and callable(function):
+            function()  # an example test must pass as written
     assert capsys.readouterr().out  # every example shows something

@@ -178,34 +178,13 @@ class CompiledGraph:
         saver = self.checkpointer
         if saver is None or config.thread_id is None:
             return None
-        thread_id = config.thread_id
-        head = saver.get(thread_id)
-        if config.checkpoint_id is not None:
-            # An explicit checkpoint is a replay or a fork: the caller chose the base, no selection.
-            base = saver.get(thread_id, config.checkpoint_id)
-            if base is None:
-                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
-        elif head is None or head.safe or not has_input or self.on_unsafe_head == "ignore":
-            # Without input the run resumes the head's own turn, which is allowed to be half done.
-            base = head
-        elif self.on_unsafe_head == "error":
-            raise UnsafeHistoryError(
-                f"thread {thread_id!r}: the head checkpoint {head.id!r} (seq {head.seq}) cannot take new input: "
-                f"{head.unsafe_reason}. Compile with on_unsafe_head='rollback' to start from the newest safe "
-                "checkpoint instead."
-            )
-        else:
-            base = saver.latest_safe(thread_id, before_seq=head.seq)
-            if base is None:
-                raise UnsafeHistoryError(
-                    f"thread {thread_id!r}: no checkpoint has a history that can take new input (the head "
-                    f"{head.id!r} has: {head.unsafe_reason}); start a new thread, or run from a chosen "
-                    "checkpoint with RunnableConfig(checkpoint_id=...)"
-                )
+        head = saver.get(config.thread_id)
+        base = self._choose_base(saver, config, head, has_input)
+        if head is not None and base is not None and base.id != head.id and config.checkpoint_id is None:
             _log.warning(
                 "thread %r: head checkpoint %s (seq %d) is not safe for new input (%s); the run starts from "
                 "checkpoint %s (seq %d)",
-                thread_id,
+                config.thread_id,
                 head.id,
                 head.seq,
                 head.unsafe_reason,
@@ -216,6 +195,43 @@ class CompiledGraph:
         # an explicit checkpoint (a replay), the head it found.
         ctx.start_from(head, base, rewind_to=head if config.checkpoint_id is not None else base)
         return base
+
+    def _choose_base(
+        self, saver: CheckpointSaver, config: RunnableConfig, head: Checkpoint | None, has_input: bool
+    ) -> Checkpoint | None:
+        thread_id = config.thread_id
+        assert thread_id is not None
+        if config.checkpoint_id is not None:
+            # An explicit checkpoint is a replay or a fork: the caller chose the base, no selection.
+            base = saver.get(thread_id, config.checkpoint_id)
+            if base is None:
+                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+            return base
+        if head is None or head.safe or not has_input or self.on_unsafe_head == "ignore":
+            # Without input the run resumes the head's own turn, which is allowed to be half done.
+            return head
+        if self.on_unsafe_head == "error":
+            raise UnsafeHistoryError(
+                f"thread {thread_id!r}: the head checkpoint {head.id!r} (seq {head.seq}) cannot take new input: "
+                f"{head.unsafe_reason}. Compile with on_unsafe_head='rollback' to start from the newest safe "
+                "checkpoint instead."
+            )
+        base = saver.latest_safe(thread_id, before_seq=head.seq)
+        if base is None:
+            raise UnsafeHistoryError(
+                f"thread {thread_id!r}: no checkpoint has a history that can take new input (the head "
+                f"{head.id!r} has: {head.unsafe_reason}); start a new thread, or run from a chosen "
+                "checkpoint with RunnableConfig(checkpoint_id=...)"
+            )
+        return base
+
+    def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
+        when it is safe, else the newest safe checkpoint. Raises ``UnsafeHistoryError`` where such a run would."""
+        saver, _ = self._saver_for(config)
+        head = saver.get(config.thread_id or "")
+        base = self._choose_base(saver, config, head, True)
+        return _snapshot(base) if base is not None else StateSnapshot(values=MappingProxyType({}))
 
     # -- reading threads ---------------------------------------------------------------------------------------
 

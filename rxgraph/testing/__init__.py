@@ -1,15 +1,57 @@
-"""Testing tools for rxgraph users: scripted models whose timing is a marble diagram, played in virtual time."""
+"""Testing tools for rxgraph users: reproduce any cancellation timing exactly, in virtual time.
+
+- scripted models and tools whose timing is a marble diagram (``ScriptedChatModel``, ``ScriptedTool``,
+  ``marbles``, ``text``, ``tool_call``, ``finish``);
+- a harness that runs a turn on a ``TestScheduler`` and cancels it at a tick, on an event, by ``timeout`` or by
+  ``take_until`` (``CancellationHarness``), with a marble picture of what happened (``render_timeline``);
+- the explorer, which cancels a scenario at every point where something happens and checks that turns stay atomic
+  (``explore_cancellations``, ``assert_cancellation_safe``).
+"""
 
 from ._chunks import finish, text, tool_call
+from ._explorer import ExplorationReport, Violation, assert_cancellation_safe, explore_cancellations
+from ._harness import (
+    CancellationHarness,
+    CancelSpec,
+    Streamable,
+    TurnRecord,
+    after_checkpoint,
+    after_output,
+    dispose_at,
+    dispose_when,
+    take_until_at,
+    timeout_after,
+)
+from ._recording import Event, RecordingSaver
 from ._scripted import ModelRequest, Script, ScriptedChatModel, ScriptExhaustedError, marbles
+from ._timeline import render_timeline
+from ._tools import ScriptedTool
 
 __all__ = [
+    "CancelSpec",
+    "CancellationHarness",
+    "Event",
+    "ExplorationReport",
     "ModelRequest",
+    "RecordingSaver",
     "Script",
     "ScriptExhaustedError",
     "ScriptedChatModel",
+    "ScriptedTool",
+    "Streamable",
+    "TurnRecord",
+    "Violation",
+    "after_checkpoint",
+    "after_output",
+    "assert_cancellation_safe",
+    "dispose_at",
+    "dispose_when",
+    "explore_cancellations",
     "finish",
     "marbles",
+    "render_timeline",
+    "take_until_at",
     "text",
+    "timeout_after",
     "tool_call",
 ]

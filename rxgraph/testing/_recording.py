@@ -1,0 +1,74 @@
+"""``RecordingSaver``: a saver that also notes, in virtual time, every checkpoint written through it."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reactivex.scheduler import VirtualTimeScheduler
+
+from ..checkpoint.base import Checkpoint, CheckpointSaver
+
+__all__ = ["Event", "EventKind", "Recorder", "RecordingSaver"]
+
+EventKind = Literal["chunk", "node", "write", "rewind", "complete", "error", "cancel"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened during a run: a chunk or a node output reached the subscriber, a checkpoint was
+    written (``write``, or ``rewind``), or the run ended (``complete``, ``error``, ``cancel``)."""
+
+    order: int
+    tick: float
+    kind: EventKind
+    node: str | None = None
+    value: Any = None
+
+
+class Recorder:
+    """Collects events in the order they happen, stamped with a virtual-time scheduler's clock."""
+
+    def __init__(self, scheduler: VirtualTimeScheduler) -> None:
+        self.scheduler = scheduler
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self.listeners: list[Callable[[Event], None]] = []
+
+    def record(self, kind: EventKind, node: str | None = None, value: Any = None) -> Event:
+        with self._lock:
+            event = Event(len(self.events), float(self.scheduler.clock), kind, node, value)
+            self.events.append(event)
+        for listener in list(self.listeners):
+            listener(event)
+        return event
+
+
+class RecordingSaver(CheckpointSaver):
+    """Delegates everything to a real saver and records each successful ``put`` as a ``write``/``rewind`` event."""
+
+    def __init__(self, inner: CheckpointSaver, recorder: Recorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        return self.inner.get(thread_id, checkpoint_id)
+
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        return self.inner.list(thread_id, limit=limit, before_seq=before_seq)
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        stored = self.inner.put(checkpoint, expected_head=expected_head)
+        self.recorder.record("rewind" if stored.source == "rewind" else "write", stored.node, stored)
+        return stored
+
+    def threads(self) -> builtins.list[str]:
+        return self.inner.threads()
+
+    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
+        return self.inner.latest_safe(thread_id, before_seq=before_seq)

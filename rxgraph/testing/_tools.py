@@ -1,0 +1,71 @@
+"""``ScriptedTool``: a tool whose result arrives after a marble-defined delay, or fails."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from reactivex import Observable
+
+from ..agent.model import ToolSpec
+from ..agent.tools import Tool, ToolInputError
+from ._scripted import Script, ScriptExhaustedError
+
+__all__ = ["ScriptedTool"]
+
+
+class ScriptedTool(Tool):
+    """A tool for tests: each call plays the next script (the last one repeats), on the run's scheduler.
+
+    ``ScriptedTool("get_weather", marbles("---r|", r="Sunny"))`` answers "Sunny" three ticks after it is called;
+    ``marbles("--#", error=TimeoutError("upstream"))`` fails after two. It accepts any JSON object as arguments and
+    records them in ``calls``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        scripts: Script | Sequence[Script],
+        *,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        repeat_last: bool = True,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.spec = ToolSpec(
+            name=name, description=description, parameters=parameters or {"type": "object", "properties": {}}
+        )
+        self._scripts = [scripts] if isinstance(scripts, Script) else list(scripts)
+        if not self._scripts:
+            raise ValueError(f"scripted tool {name!r} needs at least one script")
+        self._repeat_last = repeat_last
+        self._lock = threading.Lock()
+        self.calls: list[dict[str, Any]] = []
+        self.fn = self._play
+
+    def parse_arguments(self, arguments: str) -> dict[str, Any]:
+        try:
+            raw = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ToolInputError(f"the arguments are not valid JSON ({error.msg} at position {error.pos})") from None
+        if not isinstance(raw, dict):
+            raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}")
+        return raw
+
+    def _play(self, **arguments: Any) -> Observable[Any]:
+        with self._lock:
+            number = len(self.calls)
+            self.calls.append(arguments)
+            if number >= len(self._scripts) and not self._repeat_last:
+                raise ScriptExhaustedError(
+                    f"scripted tool {self.name!r} has no script for call #{number + 1}: it was given "
+                    f"{len(self._scripts)}"
+                )
+            script = self._scripts[min(number, len(self._scripts) - 1)]
+        return script.observable()
+
+    def __repr__(self) -> str:
+        return f"ScriptedTool({self.name!r})"

@@ -1,0 +1,133 @@
+"""The cancellation explorer over the ReactAgent: zero violations, and it does fail on a broken setup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import reactivex as rx
+from _weather_turn import ANSWER, TOOL_CALL, get_weather
+from reactivex import operators as ops
+
+from rxgraph import END, START, CheckpointSaver, KeyStrategy, StateGraph
+from rxgraph.agent import ReactAgent
+from rxgraph.messages import UserMessage
+from rxgraph.testing import (
+    ScriptedChatModel,
+    ScriptedTool,
+    assert_cancellation_safe,
+    explore_cancellations,
+    finish,
+    marbles,
+    text,
+    tool_call,
+)
+
+ALL_MODES = ("dispose", "timeout", "take_until")
+
+
+def _one_tool_call(saver: CheckpointSaver, **kwargs: Any) -> ReactAgent:
+    return ReactAgent(
+        ScriptedChatModel([TOOL_CALL, ANSWER, [text("ok")]]), tools=[get_weather], checkpointer=saver, **kwargs
+    )
+
+
+def test_one_tool_call_has_no_violations_in_any_mode() -> None:
+    report = explore_cancellations(_one_tool_call, ["What's the weather in Paris?"], modes=ALL_MODES)
+    assert report.ok, str(report)
+    assert len(report.points) > 30
+
+
+def test_two_tool_calls_in_one_message_have_no_violations() -> None:
+    both = marbles(
+        "-a-b-c|",
+        a=tool_call("c1", "weather", '{"city": "Paris"}', index=0),
+        b=tool_call("c2", "weather", '{"city": "Oslo"}', index=1),
+        c=finish("tool_calls"),
+    )
+
+    def make(saver: CheckpointSaver) -> ReactAgent:
+        weather = ScriptedTool("weather", [marbles("--r|", r="Sunny"), marbles("----r|", r="Snow")])
+        return ReactAgent(ScriptedChatModel([both, ANSWER, [text("ok")]]), tools=[weather], checkpointer=saver)
+
+    assert_cancellation_safe(make, ["Paris and Oslo?"], modes=ALL_MODES)
+
+
+def test_two_model_and_tool_rounds_in_one_turn_have_no_violations() -> None:
+    def make(saver: CheckpointSaver) -> ReactAgent:
+        second_call = marbles("--a|", a=tool_call("c2", "get_weather", '{"city": "Oslo"}'))
+        model = ScriptedChatModel([TOOL_CALL, second_call, ANSWER, [text("ok")]])
+        return ReactAgent(model, tools=[get_weather], checkpointer=saver)
+
+    report = assert_cancellation_safe(make, ["Compare Paris and Oslo"], modes=ALL_MODES)
+    assert len(report.points) > 40
+
+
+def test_three_turns_with_the_cancellation_in_the_middle_one() -> None:
+    def make(saver: CheckpointSaver) -> ReactAgent:
+        model = ScriptedChatModel([marbles("-h|", h=text("Hello!")), TOOL_CALL, ANSWER, marbles("--t|", t=text("Bye"))])
+        return ReactAgent(model, tools=[get_weather], checkpointer=saver, system_prompt="Be brief.")
+
+    report = assert_cancellation_safe(make, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=ALL_MODES)
+    assert {turn for turn, _ in report.points} == {1}
+
+
+def test_every_turn_of_a_scenario_can_be_explored() -> None:
+    report = explore_cancellations(_one_tool_call, ["first", "second"])
+    assert report.ok, str(report)
+    assert {turn for turn, _ in report.points} == {0, 1}
+
+
+def test_the_keep_policy_is_reported_with_pictures() -> None:
+    report = explore_cancellations(lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"])
+    assert not report.ok
+    invariants = {v.invariant for v in report.violations}
+    assert invariants == {"the head is neither the pre-turn state nor a completed turn"}
+    message = str(report)
+    assert "saver  S" in message and "thread history, newest first" in message
+    with pytest.raises(AssertionError, match="violation"):
+        assert_cancellation_safe(lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"])
+
+
+def test_a_graph_that_loses_committed_turns_is_reported() -> None:
+    # A deliberately broken graph: "messages" is not APPEND, so each turn's input replaces the history.
+    def make(saver: CheckpointSaver) -> Any:
+        def forgetful(state: Any) -> rx.Observable[dict[str, Any]]:
+            return rx.timer(2.0).pipe(ops.map(lambda _: {"note": "ran"}))
+
+        return (
+            StateGraph()
+            .add_node("forget", forgetful)
+            .add_edge(START, "forget")
+            .add_edge("forget", END)
+            .compile(checkpointer=saver)
+        )
+
+    report = explore_cancellations(
+        make, [{"messages": [UserMessage(content="a")]}, {"messages": [UserMessage(content="b")]}], turns=[1]
+    )
+    assert "a committed turn was lost" in {v.invariant for v in report.violations}
+
+
+def test_a_plain_graph_without_messages_is_explored_too() -> None:
+    def make(saver: CheckpointSaver) -> Any:
+        return (
+            StateGraph({"log": KeyStrategy.APPEND})
+            .add_node("a", lambda s: rx.timer(1.0).pipe(ops.map(lambda _: {"log": "a"})))
+            .add_node("b", lambda s: rx.timer(2.0).pipe(ops.map(lambda _: {"log": "b"})))
+            .add_edge(START, "a")
+            .add_edge("a", "b")
+            .add_edge("b", END)
+            .compile(checkpointer=saver, messages_key=None)
+        )
+
+    assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=ALL_MODES)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="at least one turn"):
+        explore_cancellations(_one_tool_call, [])
+    with pytest.raises(ValueError, match="turn 3 is not in the scenario"):
+        explore_cancellations(_one_tool_call, ["x"], turns=[3])
+    with pytest.raises(ValueError, match="unknown cancel mode"):
+        explore_cancellations(_one_tool_call, ["x"], modes=["explode"])  # type: ignore[list-item]
