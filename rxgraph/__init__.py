@@ -2,13 +2,16 @@
 
 import logging as _logging
 
-from .checkpoint import Checkpoint, CheckpointSaver, MemorySaver
+from .checkpoint import Checkpoint, CheckpointSaver, MemorySaver, SqliteSaver
 from .errors import (
     CheckpointConflictError,
+    CheckpointDecodeError,
     CheckpointNotFoundError,
     GraphRecursionError,
     GraphValidationError,
+    IncompatibleDatabaseError,
     RxGraphError,
+    SerializationError,
     UnsafeHistoryError,
 )
 from .graph import (
@@ -30,6 +33,7 @@ __all__ = [
     "START",
     "Checkpoint",
     "CheckpointConflictError",
+    "CheckpointDecodeError",
     "CheckpointNotFoundError",
     "CheckpointSaver",
     "CompiledGraph",
@@ -37,11 +41,14 @@ __all__ = [
     "FrozenList",
     "GraphRecursionError",
     "GraphValidationError",
+    "IncompatibleDatabaseError",
     "KeyStrategy",
     "MemorySaver",
     "NodeOutput",
     "RunnableConfig",
     "RxGraphError",
+    "SerializationError",
+    "SqliteSaver",
     "StateGraph",
     "StateSnapshot",
     "StreamingOutput",

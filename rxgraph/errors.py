@@ -4,10 +4,13 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointConflictError",
+    "CheckpointDecodeError",
     "CheckpointNotFoundError",
     "GraphRecursionError",
     "GraphValidationError",
+    "IncompatibleDatabaseError",
     "RxGraphError",
+    "SerializationError",
     "UnsafeHistoryError",
 ]
 
@@ -42,5 +45,34 @@ class CheckpointNotFoundError(RxGraphError, LookupError):
     """A checkpoint id given in a config does not exist in the thread."""
 
 
+class IncompatibleDatabaseError(RxGraphError, ValueError):
+    """The file is not an rxgraph checkpoint database, or its schema version is one this code cannot use."""
+
+
 class UnsafeHistoryError(RxGraphError, ValueError):
     """A message history breaks the chat-API sequence rules (for example a tool call with no tool response)."""
+
+
+class CheckpointDecodeError(RxGraphError):
+    """A stored checkpoint could not be read back: its row is damaged, or it holds a type this process does not know.
+
+    Unsafe-head selection skips such a checkpoint (with a warning); reading it directly raises this error.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, checkpoint_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+
+
+class SerializationError(RxGraphError, TypeError):
+    """A state value cannot be stored: its type is not one a saver can write back exactly.
+
+    Register pydantic models with the saver's serde (``rxgraph.checkpoint.serde.register(MyModel)``); other types
+    have to be converted to supported ones (or wrapped in a registered model) before they go into the state.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, value_type: type | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value_type = value_type

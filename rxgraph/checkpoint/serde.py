@@ -1,0 +1,328 @@
+"""Safe serialisation of state values: JSON, with an explicit registry of the pydantic models allowed in it.
+
+Nothing is ever unpickled: a stored value can only turn back into JSON scalars, the frozen containers of
+:mod:`rxgraph._frozen`, tuples, frozensets, bytes, and instances of models registered by name.
+
+Encoding (standard JSON throughout, so any JSON store can hold it):
+
+- ``None``, ``bool``, ``int``, ``str`` and finite ``float`` are themselves;
+- ``FrozenList`` and ``list`` are JSON arrays, decoded as ``FrozenList``;
+- ``FrozenDict``, ``dict`` and ``MappingProxyType`` with ``str`` keys are JSON objects, decoded as ``FrozenDict``;
+- everything else is a *tagged* object, whose single tag key starts with ``$``: ``{"$tuple": [...]}``,
+  ``{"$set": [...]}`` (frozenset and set, decoded as frozenset), ``{"$bytes": "<base64>"}``,
+  ``{"$float": "nan" | "inf" | "-inf"}`` and ``{"$type": "<registered name>", "data": {...}}`` for a model
+  (``data`` is pydantic's JSON-mode dump by alias, read back with a lax ``model_validate``).
+
+Non-finite floats are handled explicitly: outside models they are tagged (above) and come back as they were; inside a
+model's data they are refused with ``SerializationError``, because pydantic's JSON-mode dump leaves them as bare
+floats, which standard JSON cannot carry.
+
+User keys cannot be mistaken for tags: a key of a user mapping that starts with ``$`` is stored with one more ``$``
+in front, so an object with a key that starts with exactly one ``$`` is always a tag.
+
+Types are matched exactly (``type(value) is int``, not ``isinstance``): an ``IntEnum``, a named tuple or a subclass of
+a registered model would come back as something else, so they are refused rather than silently changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from .._frozen import FrozenDict, FrozenList
+from ..errors import SerializationError
+from ..messages.types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+
+__all__ = ["Serde", "default_serde", "dumps", "loads", "register"]
+
+_M = TypeVar("_M", bound=type[BaseModel])
+
+_MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
+    (SystemMessage, "rxgraph.SystemMessage"),
+    (UserMessage, "rxgraph.UserMessage"),
+    (AssistantMessage, "rxgraph.AssistantMessage"),
+    (ToolMessage, "rxgraph.ToolMessage"),
+    (ToolCall, "rxgraph.ToolCall"),
+)
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_MAPPING_TYPES = (dict, FrozenDict, MappingProxyType)
+_TAGS = frozenset({"$type", "$tuple", "$set", "$bytes", "$float"})
+
+
+class _Unencodable(Exception):
+    """Raised inside the encoder; carries the path to the offending value so the error can name it."""
+
+    def __init__(self, value: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.value = value
+        self.reason = reason
+        self.path: list[str] = []
+
+
+class Serde:
+    """JSON encoding of state values with an explicit registry of pydantic models.
+
+    A new ``Serde`` knows the rxgraph message types (and ``ToolCall``). Register your own models with
+    :meth:`register`; frozen models are strongly recommended, because savers share stored values between
+    checkpoints instead of copying them. Thread-safe.
+    """
+
+    def __init__(self, models: Iterable[type[BaseModel]] = ()) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, type[BaseModel]] = {}
+        self._by_type: dict[type[BaseModel], str] = {}
+        for model_cls, name in _MESSAGE_MODELS:
+            self.register(model_cls, name)
+        for model_cls in models:
+            self.register(model_cls)
+
+    # -- the registry ------------------------------------------------------------------------------------------
+
+    def register(self, model_cls: _M, name: str | None = None) -> _M:
+        """Allow instances of ``model_cls`` in stored values, under ``name`` (default: ``module.QualName``).
+
+        The name is what is written to storage, so keep it stable once data exists (pass it explicitly before
+        moving or renaming the class). Registering the same class under the same name again does nothing; a name
+        or a class that is already taken by something else raises ``ValueError``. Returns the class, so it can be
+        used as a decorator.
+        """
+        if not (isinstance(model_cls, type) and issubclass(model_cls, BaseModel)):
+            raise TypeError(f"only pydantic models can be registered, got {model_cls!r}")
+        if name is None:
+            name = f"{model_cls.__module__}.{model_cls.__qualname__}"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a registered name must be a non-empty string, got {name!r}")
+        with self._lock:
+            known_cls = self._by_name.get(name)
+            known_name = self._by_type.get(model_cls)
+            if known_cls is model_cls and known_name == name:
+                return model_cls
+            if known_cls is not None:
+                raise ValueError(f"the name {name!r} is already registered for {_qualname(known_cls)}")
+            if known_name is not None:
+                raise ValueError(f"{_qualname(model_cls)} is already registered as {known_name!r}")
+            # Copy-on-write: readers look the dicts up without the lock.
+            by_name = dict(self._by_name)
+            by_name[name] = model_cls
+            by_type = dict(self._by_type)
+            by_type[model_cls] = name
+            self._by_name, self._by_type = by_name, by_type
+        return model_cls
+
+    @property
+    def registered(self) -> Mapping[str, type[BaseModel]]:
+        """The registered models by name."""
+        return MappingProxyType(self._by_name)
+
+    # -- text --------------------------------------------------------------------------------------------------
+
+    def dumps(self, value: Any, *, key: str | None = None) -> str:
+        """Encode ``value`` as JSON text. ``key`` (the state key it belongs to) only makes errors more precise.
+
+        Raises ``SerializationError`` for a type that cannot be stored exactly.
+        """
+        return self._dumps(value, key, None)
+
+    def _dumps(self, value: Any, key: str | None, index: int | None) -> str:
+        """``dumps`` for the item ``index`` of the list at ``key`` (when given), so errors can say which item."""
+        try:
+            tree = self._encode(value) if index is None else self._encode_at(value, index)
+        except _Unencodable as error:
+            raise _serialization_error(error, key) from None
+        try:
+            return json.dumps(tree, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:
+            # Only a model's own dump can still hold a non-finite float (everything else was tagged).
+            where, model_name = _find_non_finite(tree)
+            raise SerializationError(
+                f"cannot store {_describe_key(key)}: the model {model_name} holds a non-finite float at {where}, "
+                "which JSON cannot carry; use a finite value or None in the model, or store the number outside "
+                "the model (floats outside models are tagged)",
+                key=key,
+                value_type=self._by_name.get(model_name or ""),
+            ) from None
+
+    def loads(self, text: str | bytes) -> Any:
+        """Decode text written by :meth:`dumps`; containers come back frozen.
+
+        Raises ``ValueError`` (``json.JSONDecodeError`` included) for text that is not such an encoding, or a
+        pydantic ``ValidationError`` when a model's data no longer validates.
+        """
+        return self._decode(json.loads(text))
+
+    def loads_many(self, texts: Iterable[str]) -> list[Any]:
+        """Decode several encodings at once (one JSON parse for all of them)."""
+        texts = list(texts)
+        parsed = json.loads("[" + ",".join(texts) + "]")
+        if len(parsed) != len(texts):
+            # A damaged text can hold a comma (or brackets) and shift every value after it.
+            raise ValueError(f"expected {len(texts)} encoded values, the texts hold {len(parsed)}")
+        decode = self._decode
+        return [decode(obj) for obj in parsed]
+
+    # -- trees -------------------------------------------------------------------------------------------------
+
+    def _encode(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str or kind is int or kind is bool or value is None:
+            return value
+        if kind is float:
+            if math.isfinite(value):
+                return value
+            return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+        name = self._by_type.get(kind)
+        if name is not None:
+            try:
+                data = value.model_dump(mode="json", by_alias=True, round_trip=True)
+            except Exception as error:  # pydantic's serialisation errors do not share a useful base class
+                raise _Unencodable(value, f"pydantic cannot dump the registered model {name!r}: {error}") from error
+            return {"$type": name, "data": data}
+        if kind is FrozenList or kind is list:
+            return [self._encode_at(item, index) for index, item in enumerate(value)]
+        if kind in _MAPPING_TYPES:
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                if type(k) is not str:
+                    raise _Unencodable(
+                        value, f"a mapping with a {type(k).__name__} key ({k!r}); only str keys can be stored"
+                    )
+                out["$" + k if k.startswith("$") else k] = self._encode_at(v, k)
+            return out
+        if kind is tuple:
+            return {"$tuple": [self._encode_at(item, index) for index, item in enumerate(value)]}
+        if kind is frozenset or kind is set:
+            return {"$set": [self._encode_at(item, "<item>") for item in value]}
+        if kind is bytes:
+            return {"$bytes": base64.b64encode(value).decode("ascii")}
+        raise _Unencodable(value, self._refusal(value))
+
+    def _encode_at(self, value: Any, step: object) -> Any:
+        try:
+            return self._encode(value)
+        except _Unencodable as error:
+            error.path.append(f"[{step!r}]")
+            raise
+
+    def _refusal(self, value: Any) -> str:
+        kind = type(value)
+        if isinstance(value, BaseModel):
+            return (
+                f"the pydantic model {_qualname(kind)} is not registered; register it with "
+                f"rxgraph.checkpoint.serde.register({kind.__name__}) (or on the Serde given to the saver)"
+            )
+        return (
+            f"a value of type {_qualname(kind)} cannot be stored; state values must be None, bool, int, float, "
+            "str, bytes, lists, tuples, sets, str-keyed dicts, or registered pydantic models: convert it, or wrap "
+            "it in a pydantic model and register that with rxgraph.checkpoint.serde.register(...)"
+        )
+
+    def _decode(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is list:
+            decode = self._decode
+            return FrozenList([decode(item) for item in obj])
+        if kind is not dict:
+            return obj
+        tag = None
+        for k in obj:
+            if k.startswith("$") and not k.startswith("$$"):
+                tag = k
+                break
+        if tag is None:
+            decode = self._decode
+            return FrozenDict({(k[1:] if k.startswith("$") else k): decode(v) for k, v in obj.items()})
+        return self._decode_tagged(tag, obj)
+
+    def _decode_tagged(self, tag: str, obj: dict[str, Any]) -> Any:
+        if tag not in _TAGS or len(obj) != 1 + (tag == "$type") or (tag == "$type" and "data" not in obj):
+            raise ValueError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
+        body = obj[tag]
+        if tag == "$type":
+            model_cls = self._by_name.get(body)
+            if model_cls is None:
+                raise ValueError(
+                    f"the stored value is a {body!r}, which is not registered in this process; register the model "
+                    "under that name before reading it"
+                )
+            # Lax: the data is pydantic's JSON-mode dump (lists for tuples, strings for datetimes), which a strict
+            # model would refuse in Python mode.
+            return model_cls.model_validate(obj["data"], strict=False)
+        if tag == "$tuple":
+            decode = self._decode
+            return tuple(decode(item) for item in _expect_list(body, tag))
+        if tag == "$set":
+            decode = self._decode
+            return frozenset(decode(item) for item in _expect_list(body, tag))
+        if tag == "$bytes":
+            if type(body) is not str:
+                raise ValueError("a $bytes tag must hold a base64 string")
+            return base64.b64decode(body, validate=True)
+        if body not in _NON_FINITE:
+            raise ValueError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
+        return _NON_FINITE[body]
+
+
+def _expect_list(body: Any, tag: str) -> list[Any]:
+    if type(body) is not list:
+        raise ValueError(f"a {tag} tag must hold an array")
+    return body
+
+
+def _qualname(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _describe_key(key: str | None) -> str:
+    return f"state key {key!r}" if key is not None else "the value"
+
+
+def _serialization_error(error: _Unencodable, key: str | None) -> SerializationError:
+    path = "".join(reversed(error.path))
+    where = _describe_key(key) + (f" at {path}" if path else "")
+    return SerializationError(f"cannot store {where}: {error.reason}", key=key, value_type=type(error.value))
+
+
+def _find_non_finite(tree: Any, where: str = "", model: str | None = None) -> tuple[str, str | None]:
+    """Where the first non-finite float of an encoded tree is, and the model holding it."""
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return where or "the top", model
+    if isinstance(tree, dict):
+        if "$type" in tree and "data" in tree:
+            return _find_non_finite(tree["data"], "", str(tree["$type"]))
+        items: Iterable[tuple[object, Any]] = tree.items()
+    elif isinstance(tree, list):
+        items = enumerate(tree)
+    else:
+        return "", None
+    for step, child in items:
+        found, found_model = _find_non_finite(child, f"{where}[{step!r}]", model)
+        if found:
+            return found, found_model
+    return "", None
+
+
+default_serde = Serde()
+"""The registry savers use when they are not given one. Register your models here (or build your own ``Serde``)."""
+
+
+def register(model_cls: _M, name: str | None = None) -> _M:
+    """Register ``model_cls`` with :data:`default_serde` (see :meth:`Serde.register`); usable as a decorator."""
+    return default_serde.register(model_cls, name)
+
+
+def dumps(value: Any, *, key: str | None = None) -> str:
+    """Encode ``value`` with :data:`default_serde`."""
+    return default_serde.dumps(value, key=key)
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode text written by :func:`dumps` with :data:`default_serde`."""
+    return default_serde.loads(text)
