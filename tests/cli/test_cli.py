@@ -1,0 +1,149 @@
+"""The rxgraph command, run as a real subprocess against real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rxgraph
+from rxgraph import END, START, KeyStrategy, RunnableConfig, StateGraph
+from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
+
+# The package under test, importable from any working directory (installed or not).
+_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+}
+
+
+def _rxgraph(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rxgraph", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=_ENV,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("demo")
+    result = _rxgraph("demo", "--db", "chat.db", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    (folder / "demo.out").write_text(result.stdout)
+    return folder / "chat.db"
+
+
+def test_demo_cancels_turn_two_rewinds_and_completes_turn_three(demo_db: Path) -> None:
+    story = (demo_db.parent / "demo.out").read_text()
+    assert "the client disconnects at t=10" in story
+    assert "model         -----dX" in story and "saver  S---S--S-----R" in story
+    assert "head seq 6 (rewind) holds the state before the turn [user, assistant]" in story
+    assert "the model's first request passes check_request: [system, user, assistant, user]" in story
+    assert "assistant: In Paris: Sunny, 21 C right now." in story
+    assert "seq 6   rewind" in story
+
+
+def test_demo_uses_a_new_thread_each_time_and_honours_cancel_at(tmp_path: Path) -> None:
+    first = _rxgraph("demo", "--db", "x.db", "--cancel-at", "2", cwd=tmp_path)
+    second = _rxgraph("demo", "--db", "x.db", cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0
+    assert "thread 'demo-1'" in first.stdout and "thread 'demo-2'" in second.stdout
+    assert "cancelled at t=2" in first.stdout
+    assert _rxgraph("demo", "--cancel-at", "-1", cwd=tmp_path).returncode == 1
+
+
+def test_demo_default_db_is_in_the_current_directory(tmp_path: Path) -> None:
+    assert _rxgraph("demo", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "rxgraph-demo.db").is_file()
+
+
+def test_inspect_lists_threads_and_a_threads_checkpoints(demo_db: Path) -> None:
+    threads = _rxgraph("inspect", "--db", str(demo_db), cwd=demo_db.parent)
+    assert threads.returncode == 0
+    assert threads.stdout.splitlines()[1].split() == ["demo-1", "10", "loop", "yes"]
+    table = _rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", cwd=demo_db.parent)
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["SEQ", "ID", "PARENT", "NODE", "SOURCE", "RUN", "MSGS", "SAFE"]
+    assert len(lines) == 11
+    assert "NO: message 3: history ends with call ids ['call-1']" in table.stdout
+
+
+def test_inspect_json(demo_db: Path) -> None:
+    result = _rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", "--json", cwd=demo_db.parent)
+    data = json.loads(result.stdout)
+    checkpoints = data["checkpoints"]
+    assert [c["seq"] for c in checkpoints] == list(range(10, 0, -1))
+    rewind = next(c for c in checkpoints if c["source"] == "rewind")
+    assert rewind["messages"] == 2 and rewind["safe"] is True
+    assert {c["parent_id"] for c in checkpoints[:-1]} <= {c["id"] for c in checkpoints}
+    listing = json.loads(_rxgraph("inspect", "--db", str(demo_db), "--json", cwd=demo_db.parent).stdout)
+    assert listing == {"threads": [{"thread_id": "demo-1", "head_seq": 10, "head_safe": True, "head_source": "loop"}]}
+
+
+def test_check_reports_integrity_and_unsafe_heads(tmp_path: Path) -> None:
+    db = tmp_path / "unsafe.db"
+    saver = SqliteSaver(db)
+    app = (
+        StateGraph({"messages": KeyStrategy.APPEND})
+        .add_node("n", lambda s: None)
+        .add_edge(START, "n")
+        .add_edge("n", END)
+        .compile(checkpointer=saver)
+    )
+    dangling = AssistantMessage(tool_calls=[ToolCall(id="c9", name="f", arguments="{}")])
+    app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
+    app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))
+    saver.close()
+    result = _rxgraph("check", "--db", str(db), cwd=tmp_path)
+    assert result.returncode == 0
+    assert "integrity check: ok" in result.stdout
+    assert "2 thread(s), 1 with a head that cannot take a new user turn" in result.stdout
+    assert "half: head seq 2: message 1: history ends with call ids ['c9']" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_missing_file_is_an_error_and_is_not_created(tmp_path: Path, command: str) -> None:
+    result = _rxgraph(command, "--db", "nope.db", cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"rxgraph {command}: error: no such database file: nope.db" in result.stderr
+    assert not (tmp_path / "nope.db").exists()
+
+
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_database_that_is_not_rxgraphs_is_an_error(tmp_path: Path, command: str) -> None:
+    other = tmp_path / "other.db"
+    connection = sqlite3.connect(other)
+    connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    connection.commit()
+    connection.close()
+    result = _rxgraph(command, "--db", str(other), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "error:" in result.stderr and "rxgraph" in result.stderr
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("hello, this is not a database\n" * 100)
+    result = _rxgraph(command, "--db", str(text_file), cwd=tmp_path)
+    assert result.returncode == 1 and "error:" in result.stderr
+
+
+def test_an_unknown_thread_is_an_error(demo_db: Path) -> None:
+    result = _rxgraph("inspect", "--db", str(demo_db), "--thread", "nobody", cwd=demo_db.parent)
+    assert result.returncode == 1
+    assert "no thread 'nobody'" in result.stderr and "demo-1" in result.stderr
+
+
+def test_usage_errors_exit_with_2(tmp_path: Path) -> None:
+    assert _rxgraph(cwd=tmp_path).returncode == 2
+    assert _rxgraph("inspect", cwd=tmp_path).returncode == 2
+    assert _rxgraph("frobnicate", cwd=tmp_path).returncode == 2
