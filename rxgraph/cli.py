@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         return int(args.handler(args, out))
     except (CliError, RxGraphError, sqlite3.DatabaseError) as error:
         print(f"rxgraph {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`rxgraph demo | head`): stop quietly, as other command-line tools do.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps Python from failing again when it flushes at exit
         return 1
 
 
