@@ -50,12 +50,7 @@ class Tool:
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
         """The validated keyword arguments for the function, from the model's JSON text (``""`` means ``{}``)."""
-        try:
-            raw = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as error:
-            raise ToolInputError(f"the arguments are not valid JSON ({error.msg} at position {error.pos})") from None
-        if not isinstance(raw, dict):
-            raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}")
+        raw = json_object(arguments)
         try:
             validated = self._arguments.model_validate(raw)
         except ValidationError as error:
@@ -77,6 +72,18 @@ class Tool:
     def invoke(self, arguments: str) -> Observable[Any]:
         """A cold Observable of the tool's one result for the model's JSON ``arguments`` (errors as ``on_error``)."""
         return rx.defer(lambda _: self.run(**self.parse_arguments(arguments)))
+
+
+def json_object(arguments: str) -> dict[str, Any]:
+    """The JSON object a model sent as a tool's arguments (``""`` means ``{}``), or ``ToolInputError`` saying why
+    it is not one."""
+    try:
+        raw = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as error:
+        raise ToolInputError(f"the arguments are not valid JSON ({error.msg} at position {error.pos})") from None
+    if not isinstance(raw, dict):
+        raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:

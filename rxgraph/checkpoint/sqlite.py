@@ -23,7 +23,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType, TracebackType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
@@ -79,25 +79,15 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 """Values of SQLite's ``synchronous`` setting (see ``SqliteSaver``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SqliteSaverStats:
-    """Counters of one ``SqliteSaver`` since it was opened (for tests, benchmarks and monitoring).
+    """Counters of one ``SqliteSaver`` since it was opened (for tests, benchmarks and monitoring); ``stats`` gives
+    a copy.
 
     ``bytes_written`` is the size of the payload a saver inserted: the characters of every JSON value, manifest and
     text column, plus 8 per integer column. SQLite adds its own page and index overhead on top.
     """
 
-    puts: int = 0
-    bytes_written: int = 0
-    items_written: int = 0
-    blobs_written: int = 0
-    checkpoints_decoded: int = 0
-    items_decoded: int = 0
-    blobs_decoded: int = 0
-
-
-@dataclass(slots=True)
-class _Counters:
     puts: int = 0
     bytes_written: int = 0
     items_written: int = 0
@@ -203,7 +193,7 @@ class SqliteSaver(CheckpointSaver):
         # id(value) -> (value, ref): finds the row of a value this saver stored or read, by identity. Holding the
         # value keeps its id from being reused while it is in the map.
         self._known: _Lru[int, tuple[Any, _Ref]] = _Lru(4 * cache_size)
-        self._counters = _Counters()
+        self._counters = SqliteSaverStats()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -216,7 +206,7 @@ class SqliteSaver(CheckpointSaver):
     def stats(self) -> SqliteSaverStats:
         """A snapshot of this saver's counters."""
         with self._lock:
-            return SqliteSaverStats(**asdict(self._counters))
+            return replace(self._counters)
 
     def close(self) -> None:
         """Close the connection; later calls raise. Closing twice is allowed."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from reactivex import Observable
 
 from ..agent.model import ToolSpec
-from ..agent.tools import Tool, ToolInputError
+from ..agent.tools import Tool, json_object
 from ._scripted import Script, ScriptExhaustedError
 
 __all__ = ["ScriptedTool"]
@@ -47,13 +46,7 @@ class ScriptedTool(Tool):
         self.fn = self._play
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
-        try:
-            raw = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as error:
-            raise ToolInputError(f"the arguments are not valid JSON ({error.msg} at position {error.pos})") from None
-        if not isinstance(raw, dict):
-            raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}")
-        return raw
+        return json_object(arguments)  # any object: a scripted tool does not validate against a schema
 
     def _play(self, **arguments: Any) -> Observable[Any]:
         with self._lock:
