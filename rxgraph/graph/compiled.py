@@ -134,7 +134,9 @@ class CompiledGraph:
             # do_on_cancel raises the flag before the run is disposed; do_finally sits last so that it runs after
             # the whole upstream was disposed.
             pipeline = Observable(run.subscribe).pipe(do_on_cancel(ctx.mark_cancelled), do_finally(_finally))
-            return pipeline.subscribe(observer, scheduler=scheduler)
+            # `observer` is already the auto-detaching observer of this subscription; subscribing the pipeline with
+            # subscribe() would wrap it once more, one more call per streamed chunk for nothing.
+            return pipeline._subscribe_core(observer, scheduler)
 
         return Observable(_subscribe)
 

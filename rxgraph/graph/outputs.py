@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -12,23 +12,79 @@ if TYPE_CHECKING:
 __all__ = ["NodeOutput", "StateSnapshot", "StreamingOutput"]
 
 
-@dataclass(frozen=True, slots=True)
 class NodeOutput:
     """A node finished: its update is merged into ``state`` (read-only) and, with a checkpointer, persisted.
 
-    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer).
+    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer). Outputs are
+    immutable.
     """
 
-    node: str
-    state: Mapping[str, Any]
-    checkpoint_id: str | None = field(default=None, kw_only=True)
+    # Plain slots behind read-only properties rather than a frozen dataclass: a frozen dataclass's __init__ costs
+    # about four times as much, and a StreamingOutput is built for every chunk a node streams.
+    __slots__ = ("_checkpoint_id", "_node", "_state")
+    __match_args__ = ("node", "state")
+
+    _node: str
+    _state: Mapping[str, Any]
+    _checkpoint_id: str | None
+
+    def __init__(self, node: str, state: Mapping[str, Any], *, checkpoint_id: str | None = None) -> None:
+        self._node = node
+        self._state = state
+        self._checkpoint_id = checkpoint_id
+
+    @property
+    def node(self) -> str:
+        return self._node
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        return self._state
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        return self._checkpoint_id
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self._node, self._state, self._checkpoint_id)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, NodeOutput)
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # the state is a mapping: outputs are not hashable
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(node={self._node!r}, state={self._state!r}, checkpoint_id={self._checkpoint_id!r})"
+        )
 
 
-@dataclass(frozen=True, slots=True)
 class StreamingOutput(NodeOutput):
     """One chunk a node streamed while it runs. ``state`` is the state the node started from."""
 
-    chunk: Any
+    __slots__ = ("_chunk",)
+    __match_args__ = ("node", "state", "chunk")
+
+    _chunk: Any
+
+    def __init__(self, node: str, state: Mapping[str, Any], chunk: Any, *, checkpoint_id: str | None = None) -> None:
+        self._node = node
+        self._state = state
+        self._chunk = chunk
+        self._checkpoint_id = checkpoint_id
+
+    @property
+    def chunk(self) -> Any:
+        return self._chunk
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self._node, self._state, self._chunk, self._checkpoint_id)
+
+    def __repr__(self) -> str:
+        return f"StreamingOutput(node={self._node!r}, chunk={self._chunk!r})"
 
 
 @dataclass(frozen=True, slots=True)

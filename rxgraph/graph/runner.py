@@ -40,7 +40,7 @@ _SUBSCRIBING, _COMPLETED_WHILE_SUBSCRIBING, _WAITING = 0, 1, 2
 class _Step(abc.ObserverBase[Any]):
     """Observes one node's chunk stream: forwards each chunk, keeps them for the tail."""
 
-    __slots__ = ("chunks", "lock", "node", "phase", "run", "state_view")
+    __slots__ = ("_emit", "_keep", "_name", "chunks", "lock", "node", "phase", "run", "state_view")
 
     def __init__(self, run: Run, node: NodeSpec, state_view: Mapping[str, Any]) -> None:
         self.run = run
@@ -49,10 +49,14 @@ class _Step(abc.ObserverBase[Any]):
         self.chunks: list[Any] = []
         self.lock = threading.Lock()
         self.phase = _SUBSCRIBING
+        # Per-chunk hot path: bind what on_next needs once per step.
+        self._keep = self.chunks.append
+        self._emit = run.observer.on_next
+        self._name = node.name
 
     def on_next(self, value: Any) -> None:
-        self.chunks.append(value)
-        self.run.observer.on_next(StreamingOutput(self.node.name, self.state_view, value))
+        self._keep(value)
+        self._emit(StreamingOutput(self._name, self.state_view, value))
 
     def on_error(self, error: Exception) -> None:
         self.run.fail(error)

@@ -10,6 +10,7 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
+from ._forward import subscribe_forwarding
 from ._signal import SignalType
 
 __all__ = ["do_finally"]
@@ -72,7 +73,7 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
                 if cancel:
                     _call(SignalType.CANCEL)
 
-            upstream.disposable = source.subscribe(observer.on_next, _on_error, _on_completed, scheduler=scheduler)
+            upstream.disposable = subscribe_forwarding(source, observer.on_next, _on_error, _on_completed, scheduler)
             return Disposable(_dispose)
 
         return Observable(_subscribe)

@@ -10,6 +10,8 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
+from ._forward import subscribe_forwarding
+
 __all__ = ["do_on_cancel"]
 
 _T = TypeVar("_T")
@@ -56,7 +58,7 @@ def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Ob
                 finally:
                     upstream.dispose()
 
-            upstream.disposable = source.subscribe(observer.on_next, _on_error, _on_completed, scheduler=scheduler)
+            upstream.disposable = subscribe_forwarding(source, observer.on_next, _on_error, _on_completed, scheduler)
             return Disposable(_dispose)
 
         return Observable(_subscribe)

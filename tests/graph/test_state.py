@@ -84,3 +84,22 @@ def test_frozen_list_behaves_like_an_immutable_sequence() -> None:
     with pytest.raises(IndexError):
         _ = base[2]
     assert repr(base) == "FrozenList([1, 2])"
+
+
+def test_outputs_are_immutable_and_compare_by_value() -> None:
+    from types import MappingProxyType
+
+    from rxgraph import StreamingOutput
+
+    state = MappingProxyType({"a": 1})
+    output = NodeOutput("n", state, checkpoint_id="c1")
+    with pytest.raises(AttributeError):
+        output.node = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        output.extra = 1  # type: ignore[attr-defined]
+    assert output == NodeOutput("n", state, checkpoint_id="c1") and output != NodeOutput("n", state)
+    chunk = StreamingOutput("n", state, "tok")
+    assert isinstance(chunk, NodeOutput) and chunk.chunk == "tok" and chunk != output
+    match chunk:
+        case StreamingOutput(node, _, text):
+            assert (node, text) == ("n", "tok")

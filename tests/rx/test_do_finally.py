@@ -122,3 +122,31 @@ def test_do_on_cancel_is_not_called_after_an_error() -> None:
     calls: list[str] = []
     rx.throw(ValueError("x")).pipe(do_on_cancel(lambda: calls.append("cancel"))).subscribe(on_error=lambda _: None)
     assert calls == []
+
+
+def test_a_source_failing_while_subscribing_is_an_error_for_both_operators() -> None:
+    def broken_subscribe(observer: object, scheduler: object = None) -> rx.abc.DisposableBase:
+        raise ValueError("cannot subscribe")
+
+    signals: list[SignalType] = []
+    cancels: list[str] = []
+    errors: list[Exception] = []
+    source: rx.Observable[int] = rx.Observable(broken_subscribe)
+    source.pipe(do_on_cancel(lambda: cancels.append("cancel")), do_finally(signals.append)).subscribe(
+        on_error=errors.append
+    )
+    assert [str(e) for e in errors] == ["cannot subscribe"]
+    assert signals == [SignalType.ON_ERROR] and cancels == []
+
+
+def test_items_after_a_terminal_event_of_a_misbehaving_source_are_dropped() -> None:
+    def rude(observer: rx.abc.ObserverBase[int], scheduler: object = None) -> rx.abc.DisposableBase:
+        observer.on_next(1)
+        observer.on_completed()
+        observer.on_next(2)  # not allowed by the protocol: the subscriber must not see it
+        return rx.disposable.Disposable()
+
+    seen: list[int] = []
+    signals: list[SignalType] = []
+    rx.Observable(rude).pipe(do_on_cancel(lambda: None), do_finally(signals.append)).subscribe(seen.append)
+    assert seen == [1] and signals == [SignalType.ON_COMPLETE]
