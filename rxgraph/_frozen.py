@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -20,6 +21,17 @@ _V = TypeVar("_V")
 
 # Guards the "is this view the tail of its backing list?" check and the append that follows.
 _EXTEND_LOCK = threading.Lock()
+
+
+class _Storage(list):  # type: ignore[type-arg]
+    """The backing list of ``FrozenList`` views. ``origin`` says which list (weakly) and how long a prefix of it
+    this one was copied from when a view forked, so a fork still knows its prefix is the same items."""
+
+    __slots__ = ("__weakref__", "origin")
+
+    def __init__(self, items: Iterable[Any] = (), origin: tuple[weakref.ref[_Storage], int] | None = None) -> None:
+        super().__init__(items)
+        self.origin = origin
 
 
 class FrozenList(Sequence[_T]):
@@ -35,15 +47,15 @@ class FrozenList(Sequence[_T]):
 
     __slots__ = ("_items", "_len")
 
-    _items: list[_T]
+    _items: _Storage
     _len: int
 
     def __init__(self, items: Iterable[_T] = ()) -> None:
-        self._items = list(items)
+        self._items = _Storage(items)
         self._len = len(self._items)
 
     @classmethod
-    def _view(cls, items: list[_T], length: int) -> FrozenList[_T]:
+    def _view(cls, items: _Storage, length: int) -> FrozenList[_T]:
         view: FrozenList[_T] = cls.__new__(cls)
         view._items = items
         view._len = length
@@ -59,13 +71,24 @@ class FrozenList(Sequence[_T]):
                 backing = self._items
                 backing.extend(new)
             else:
-                backing = self._items[: self._len]
+                backing = _Storage(itertools.islice(self._items, self._len), (weakref.ref(self._items), self._len))
                 backing.extend(new)
             return self._view(backing, len(backing))
 
     def shares_prefix_with(self, older: FrozenList[Any]) -> bool:
-        """True when ``older`` is a prefix view of the same storage (so only the tail is new)."""
-        return self._items is older._items and older._len <= self._len
+        """True when the first ``len(older)`` items of this list are ``older``'s very items, known without comparing
+        them: both are views of one storage, or this one's storage was forked from ``older``'s (possibly through a
+        few forks) at or after ``len(older)``. Used to check and store only what was appended."""
+        items, limit = self._items, self._len
+        for _ in range(16):  # forks of forks: a short walk; beyond it the caller compares items instead
+            if items is older._items:
+                return older._len <= limit
+            origin = items.origin
+            parent = origin[0]() if origin is not None else None
+            if origin is None or parent is None:
+                return False
+            items, limit = parent, min(limit, origin[1])
+        return False
 
     def __len__(self) -> int:
         return self._len
@@ -83,7 +106,8 @@ class FrozenList(Sequence[_T]):
             index += self._len
         if not 0 <= index < self._len:
             raise IndexError("FrozenList index out of range")
-        return self._items[index]
+        item: _T = self._items[index]
+        return item
 
     def __iter__(self) -> Iterator[_T]:
         # The backing list may grow while we iterate (another view appending); islice stops at our own length.

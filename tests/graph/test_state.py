@@ -103,3 +103,21 @@ def test_outputs_are_immutable_and_compare_by_value() -> None:
     match chunk:
         case StreamingOutput(node, _, text):
             assert (node, text) == ("n", "tok")
+
+
+def test_a_fork_still_knows_its_prefix_is_the_same_items() -> None:
+    import gc
+
+    base = FrozenList(["u1", "a1"])
+    cancelled = base.extended(["u2", "a2-partial"])  # a run that was rewound extended the shared storage
+    fork = base.extended(["u3"])  # the next turn starts from the shorter view: its storage is a copy
+    assert fork == ["u1", "a1", "u3"] and cancelled == ["u1", "a1", "u2", "a2-partial"]
+    assert fork.shares_prefix_with(base)
+    assert not fork.shares_prefix_with(cancelled)  # cancelled's 3rd item is not fork's
+    assert fork.extended(["a3"]).extended(["u4"]).shares_prefix_with(base)  # through later in-place appends
+    assert not base.shares_prefix_with(fork)  # the shorter one does not start with the longer one
+    assert not FrozenList(["u1", "a1", "u3"]).shares_prefix_with(base)  # equal items, unrelated storage
+
+    orphan = FrozenList(["x"]).extended(["y"])[:1].extended(["z"])  # its origin storage is gone
+    gc.collect()
+    assert not orphan.shares_prefix_with(FrozenList(["x"]))
