@@ -1,0 +1,65 @@
+"""The benchmarks keep working: every benchmark's rxgraph half runs end to end with tiny sizes.
+
+Nothing here asserts a timing. LangGraph is never imported: the benchmarks import it only inside their LangGraph
+halves, which these tests leave out, so they pass with and without the ``bench`` extra installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:  # `pytest` (unlike `python -m pytest`) does not put the working directory on the path
+    sys.path.insert(0, str(_ROOT))
+
+_LANGGRAPH_ALREADY_LOADED = "langgraph" in sys.modules
+
+from benchmarks import BENCHMARKS  # noqa: E402
+from benchmarks.__main__ import run_benchmarks  # noqa: E402
+from benchmarks._common import TINY, BenchResult  # noqa: E402
+
+
+def _langgraph_was_not_imported() -> bool:
+    return _LANGGRAPH_ALREADY_LOADED or "langgraph" not in sys.modules
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_the_rxgraph_half_of_each_benchmark_runs_and_reports_its_figures(name: str, tmp_path: Path) -> None:
+    result = BENCHMARKS[name].run(TINY, langgraph=False, workdir=str(tmp_path))
+
+    assert isinstance(result, BenchResult) and result.name == name
+    assert result.figures, f"{name} reported no figures"
+    for figure in result.figures:
+        assert figure.rxgraph is not None and math.isfinite(figure.rxgraph) and figure.rxgraph > 0, figure
+        assert figure.langgraph is None and figure.langgraph_note, figure
+    for target in result.targets:
+        assert target.verdict in ("met", "NOT MET", "n/a")
+    json.dumps(result.to_json())
+    assert _langgraph_was_not_imported()
+
+
+def test_the_runner_prints_a_table_and_writes_the_results_without_langgraph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "results.json"
+
+    run_benchmarks(["streaming", "safe_head"], TINY, langgraph=False, output=output)
+
+    printed = capsys.readouterr().out
+    assert "== streaming" in printed and "== safe_head" in printed and "== targets" in printed
+    assert "not installed" in printed
+    document = json.loads(output.read_text(encoding="utf-8"))
+    assert set(document["benchmarks"]) == {"streaming", "safe_head"}
+    assert document["langgraph"] == "not installed" and document["sizes"]["label"] == TINY.label
+    machine = document["machine"]
+    assert machine["cores"] >= 1 and machine["python"] and machine["versions"]["reactivex"]
+    streaming = document["benchmarks"]["streaming"]
+    assert streaming["figures"][0]["langgraph"] is None
+    assert len(streaming["samples"]["rxgraph"]) == TINY.stream_repeats
+    assert not output.with_name("results.json.tmp").exists()
+    assert _langgraph_was_not_imported()
