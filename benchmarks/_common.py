@@ -19,9 +19,13 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from rxgraph import MemorySaver
+from rxgraph.checkpoint.base import CheckpointSaver
+from rxgraph.checkpoint.sqlite import SqliteSaver
 
 __all__ = [
     "FULL",
@@ -327,3 +331,12 @@ def ms(seconds: float) -> float:
 
 
 NOT_INSTALLED = "not installed"
+
+
+def rxgraph_saver(kind: str, path: str, stack: ExitStack) -> CheckpointSaver:
+    """A fresh rxgraph saver: ``"sqlite"`` on the file ``path`` (closed with ``stack``), else a ``MemorySaver``."""
+    if kind == "sqlite":
+        saver = SqliteSaver(path)
+        stack.callback(saver.close)
+        return saver
+    return MemorySaver()

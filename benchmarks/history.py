@@ -18,9 +18,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
-from rxgraph.checkpoint.base import CheckpointSaver
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph import END, START, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.messages import AssistantMessage, UserMessage
 
 from ._common import (
@@ -32,6 +30,7 @@ from ._common import (
     interleave,
     median_window,
     ms,
+    rxgraph_saver,
     sqlite_size,
     timed,
 )
@@ -43,13 +42,7 @@ ANSWER = "Sure. Here is a short answer to your question."
 
 def rxgraph_chat(saver: str, path: str, stack: ExitStack) -> Callable[[], float]:
     """One timed rxgraph chat turn per call, on one thread; returns the turn's seconds."""
-    checkpointer: CheckpointSaver
-    if saver == "sqlite":
-        sqlite_saver = SqliteSaver(path)
-        stack.callback(sqlite_saver.close)
-        checkpointer = sqlite_saver
-    else:
-        checkpointer = MemorySaver()
+    checkpointer = rxgraph_saver(saver, path, stack)
 
     def chat(state: Any) -> dict[str, Any]:
         return {"messages": AssistantMessage(content=ANSWER)}

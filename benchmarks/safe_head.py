@@ -22,13 +22,11 @@ from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from typing import Any
 
-from rxgraph import END, START, CompiledGraph, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
-from rxgraph.checkpoint.base import CheckpointSaver
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph import END, START, CompiledGraph, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.graph.builder import UnsafeHeadPolicy
 from rxgraph.messages import AssistantMessage, ToolMessage, UserMessage
 
-from ._common import BenchResult, Figure, Sizes, interleave, median, ms, timed
+from ._common import BenchResult, Figure, Sizes, interleave, median, ms, rxgraph_saver, timed
 
 NAME = "safe_head"
 SAVERS = ("memory", "sqlite")
@@ -46,13 +44,7 @@ def rxgraph_selection(
     saver: str, skips: tuple[int, ...], path: str, stack: ExitStack
 ) -> dict[str, Callable[[], float]]:
     """One trial per number of unsafe checkpoints to skip; each call makes them, then times one chat turn."""
-    checkpointer: CheckpointSaver
-    if saver == "sqlite":
-        sqlite_saver = SqliteSaver(path)
-        stack.callback(sqlite_saver.close)
-        checkpointer = sqlite_saver
-    else:
-        checkpointer = MemorySaver()
+    checkpointer = rxgraph_saver(saver, path, stack)
 
     def chat(state: Any) -> dict[str, Any]:
         return {"messages": AssistantMessage(content="Hello again!")}
