@@ -1,7 +1,8 @@
 """``python -m benchmarks``: run the benchmarks, print a table, and write ``benchmarks/results.json``.
 
 Options: ``--quick`` for a short run (well under a minute), ``--only NAME`` (repeatable) to pick benchmarks,
-``--output PATH`` to write the results elsewhere. LangGraph's halves run when ``langgraph`` is installed (the
+``--output PATH`` to write the results elsewhere (a quick or partial run goes to ``results-partial.json``, so
+that it never replaces the record of a full run). LangGraph's halves run when ``langgraph`` is installed (the
 ``bench`` extra); otherwise the table says "not installed" in its column.
 """
 
@@ -27,6 +28,8 @@ from ._common import FULL, QUICK, BenchResult, Figure, Sizes, langgraph_installe
 
 _ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = _ROOT / "benchmarks" / "results.json"
+# A quick or partial run must not replace the record of a full one (the README quotes results.json).
+PARTIAL_OUTPUT = _ROOT / "benchmarks" / "results-partial.json"
 
 _PACKAGES = (
     "rxgraph",
@@ -203,10 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME", help=f"one of {', '.join(BENCHMARKS)}"
     )
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON results")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"where to write the JSON results (default: {DEFAULT_OUTPUT.name} for a full run of every benchmark, "
+        f"{PARTIAL_OUTPUT.name} otherwise)",
+    )
     args = parser.parse_args(argv)
     names = [name for name in BENCHMARKS if args.only is None or name in args.only]
-    run_benchmarks(names, QUICK if args.quick else FULL, langgraph=langgraph_installed(), output=args.output)
+    output = args.output
+    if output is None:
+        output = PARTIAL_OUTPUT if args.quick or args.only else DEFAULT_OUTPUT
+    run_benchmarks(names, QUICK if args.quick else FULL, langgraph=langgraph_installed(), output=output)
     return 0
 
 
