@@ -182,7 +182,9 @@ class CompiledGraph:
             return None
         head = saver.get(config.thread_id)
         base = self._choose_base(saver, config, head, has_input)
+        skipped = None
         if head is not None and base is not None and base.id != head.id and config.checkpoint_id is None:
+            skipped = head.id
             _log.warning(
                 "thread %r: head checkpoint %s (seq %d) is not safe for new input (%s); the run starts from "
                 "checkpoint %s (seq %d)",
@@ -195,7 +197,8 @@ class CompiledGraph:
             )
         # A cancelled run puts back what the thread looked like to a new turn: the base it chose, or, for a run from
         # an explicit checkpoint (a replay), the head it found.
-        ctx.start_from(head, base, rewind_to=head if config.checkpoint_id is not None else base)
+        rewind_to = head if config.checkpoint_id is not None else base
+        ctx.start_from(head, base, rewind_to=rewind_to, rolled_back_from=skipped)
         return base
 
     def _choose_base(

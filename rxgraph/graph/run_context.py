@@ -65,16 +65,23 @@ class RunContext:
     def write_lock(self) -> threading.RLock:
         return self._lock
 
-    def start_from(self, head: Checkpoint | None, base: Checkpoint | None, *, rewind_to: Checkpoint | None) -> None:
-        """Record the thread's head at subscribe time, the base the run starts from, and what a cancel restores."""
+    def start_from(
+        self,
+        head: Checkpoint | None,
+        base: Checkpoint | None,
+        *,
+        rewind_to: Checkpoint | None,
+        rolled_back_from: str | None = None,
+    ) -> None:
+        """Record the thread's head at subscribe time, the base the run starts from, what a cancel restores, and
+        the unsafe head that safe-head selection skipped (if it did)."""
         self.started = True
         self.start_head = head
         self.rewind_to = rewind_to
         self.head = head
         self.base = base
         self.parent_id = base.id if base is not None else None
-        if head is not None and base is not head and (base is None or base.id != head.id):
-            self.rolled_back_from = head.id
+        self.rolled_back_from = rolled_back_from
         if base is not None:
             self.safety.seed(base.values, base.safe)
 

@@ -85,6 +85,7 @@ def test_a_run_from_a_checkpoint_id_forks_from_it() -> None:
     assert head.values == {"log": ["x", "y", "a", "b"]}
     run_start = app.get_state_history(config)[2]
     assert run_start.parent_id == first.checkpoint_id
+    assert run_start.checkpoint is not None and run_start.checkpoint.rolled_back_from is None  # a fork, not a rollback
 
 
 def test_resuming_without_input_continues_from_next() -> None:
