@@ -9,6 +9,7 @@ __all__ = [
     "GraphRecursionError",
     "GraphValidationError",
     "IncompatibleDatabaseError",
+    "MaxIterationsError",
     "RxGraphError",
     "SerializationError",
     "UnsafeHistoryError",
@@ -17,6 +18,11 @@ __all__ = [
 
 class RxGraphError(Exception):
     """Base class of every error rxgraph raises on purpose."""
+
+
+class MaxIterationsError(RxGraphError):
+    """An agent's model kept calling tools after its last allowed call (``max_iterations``), which offered it no
+    tools. The turn fails; the next turn starts from the newest safe checkpoint."""
 
 
 class GraphValidationError(RxGraphError, ValueError):

@@ -1,7 +1,8 @@
 """Agents: a chat model and its tools, run as a graph with atomic turns."""
 
+from ..errors import MaxIterationsError
 from .model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
-from .react import AgentInput, MaxIterationsError, ReactAgent
+from .react import AgentInput, ReactAgent
 from .tools import Tool, ToolInputError, tool
 
 __all__ = [

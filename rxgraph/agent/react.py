@@ -12,7 +12,7 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from ..checkpoint.base import CheckpointSaver
-from ..errors import RxGraphError
+from ..errors import MaxIterationsError
 from ..graph.builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
 from ..graph.compiled import CompiledGraph
 from ..graph.config import RunnableConfig
@@ -23,16 +23,12 @@ from ..messages.types import AssistantMessage, Message, SystemMessage, ToolCall,
 from .model import ChatChunk, ChatModel, merge_chunks
 from .tools import Tool, ToolInputError, tool
 
-__all__ = ["AgentInput", "MaxIterationsError", "ReactAgent"]
+__all__ = ["AgentInput", "ReactAgent"]
 
 AgentInput = str | Message | Sequence[Message]
 """A user turn: its text, one message, or several messages (e.g. a system note and the user's question)."""
 
 _NO_RESULT = object()
-
-
-class MaxIterationsError(RxGraphError):
-    """The model kept calling tools after the agent's last allowed model call, which offered it no tools."""
 
 
 class ReactAgent:

@@ -13,9 +13,10 @@ from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..errors import CheckpointConflictError, CheckpointNotFoundError, UnsafeHistoryError
+from ..errors import CheckpointConflictError, CheckpointNotFoundError, GraphValidationError, UnsafeHistoryError
 from ..rx import SignalType, do_finally, do_on_cancel
 from .config import RunnableConfig
+from .constants import END
 from .edges import Branch
 from .node import NodeSpec
 from .outputs import NodeOutput, StateSnapshot
@@ -229,6 +230,39 @@ class CompiledGraph:
                 "checkpoint with RunnableConfig(checkpoint_id=...)"
             )
         return base
+
+    def update_state(
+        self, config: RunnableConfig, values: Mapping[str, Any] | None, *, as_node: str | None = None
+    ) -> StateSnapshot:
+        """Write ``values`` into the thread from outside a run, merged with the key strategies, as a new head
+        (source ``update``), and return it.
+
+        The base is the head, or ``config.checkpoint_id`` to fork from an older checkpoint. With ``as_node`` the
+        update counts as that node's output: the graph's edge out of ``as_node`` decides the checkpoint's ``next``
+        (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's. The write is a
+        compare-and-set on the head (``CheckpointConflictError`` if a run moved it meanwhile), and the new
+        checkpoint records whether its history is safe, like any other.
+        """
+        saver, thread_id = self._saver_for(config)
+        if as_node is not None and as_node not in self.nodes:
+            raise GraphValidationError(f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(self.nodes)}")
+        head = saver.get(thread_id)
+        base = head
+        if config.checkpoint_id is not None:
+            base = saver.get(thread_id, config.checkpoint_id)
+            if base is None:
+                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+        state = self.schema.merge(base.values if base is not None else {}, values, origin="update_state")
+        if as_node is not None:
+            following = self.branches[as_node].next_node(MappingProxyType(state), self.nodes)
+            next_nodes: tuple[str, ...] = (following,) if following != END else ()
+        else:
+            next_nodes = base.next if base is not None else ()
+        ctx = RunContext(thread_id, saver, HistorySafety(self.messages_key))
+        ctx.start_from(head, base, rewind_to=None)
+        written = ctx.commit(state, node=as_node, next_nodes=next_nodes, source="update")
+        assert written is not None  # a fresh context is never cancelled
+        return _snapshot(written)
 
     def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
         """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
