@@ -22,6 +22,7 @@ from reactivex import abc
 from reactivex.disposable import Disposable, SerialDisposable
 
 from ..errors import GraphRecursionError
+from ..rx._forward import subscribe_forwarding
 from .constants import END, START
 from .node import NodeSpec
 from .outputs import NodeOutput, StreamingOutput
@@ -37,10 +38,15 @@ __all__ = ["Run"]
 _SUBSCRIBING, _COMPLETED_WHILE_SUBSCRIBING, _WAITING = 0, 1, 2
 
 
-class _Step(abc.ObserverBase[Any]):
-    """Observes one node's chunk stream: forwards each chunk, keeps them for the tail."""
+class _Step:
+    """Observes one node's chunk stream: forwards each chunk, keeps them for the tail.
 
-    __slots__ = ("_emit", "_keep", "_name", "chunks", "lock", "node", "phase", "run", "state_view")
+    It is subscribed without reactivex's auto-detaching wrapper (one call less per chunk), so it keeps the same
+    promise itself: nothing after a terminal event. Chunks it forwards go to the run's subscriber, whose own wrapper
+    drops them once the subscription is disposed; the tail checks the run's flags.
+    """
+
+    __slots__ = ("_emit", "_keep", "_name", "chunks", "lock", "node", "phase", "run", "state_view", "stopped")
 
     def __init__(self, run: Run, node: NodeSpec, state_view: Mapping[str, Any]) -> None:
         self.run = run
@@ -53,16 +59,22 @@ class _Step(abc.ObserverBase[Any]):
         self._keep = self.chunks.append
         self._emit = run.observer.on_next
         self._name = node.name
+        self.stopped = False
 
     def on_next(self, value: Any) -> None:
-        self._keep(value)
-        self._emit(StreamingOutput(self._name, self.state_view, value))
+        if not self.stopped:
+            self._keep(value)
+            self._emit(StreamingOutput(self._name, self.state_view, value))
 
     def on_error(self, error: Exception) -> None:
-        self.run.fail(error)
+        if not self.stopped:
+            self.stopped = True
+            self.run.fail(error)
 
     def on_completed(self) -> None:
-        self.run.step_completed(self)
+        if not self.stopped:
+            self.stopped = True
+            self.run.step_completed(self)
 
 
 class Run:
@@ -179,11 +191,10 @@ class Run:
                 )
                 return
             step = _Step(self, node, state_view)
-            try:
-                self.current.disposable = result.subscribe(step, scheduler=self.scheduler)
-            except Exception as error:
-                self.fail(error)
-                return
+            # An error while subscribing reaches step.on_error (so the run fails) and the loop stops below.
+            self.current.disposable = subscribe_forwarding(
+                result, step.on_next, step.on_error, step.on_completed, self.scheduler
+            )
             with step.lock:
                 if step.phase != _COMPLETED_WHILE_SUBSCRIBING:
                     step.phase = _WAITING

@@ -37,7 +37,7 @@ class _Forward(abc.ObserverBase[Any]):
 
 
 def subscribe_forwarding(
-    source: Observable[_T],
+    source: abc.ObservableBase[_T],
     on_next: Callable[[_T], None],
     on_error: Callable[[Exception], None],
     on_completed: Callable[[], None],

@@ -125,3 +125,33 @@ def test_an_action_may_take_the_config() -> None:
     app = StateGraph().add_node("n", action).add_edge(START, "n").add_edge("n", END).compile()
     app.invoke({}, RunnableConfig(recursion_limit=7))
     assert seen[0].recursion_limit == 7
+
+
+def test_a_node_stream_that_breaks_the_protocol_cannot_add_chunks_or_run_the_tail_twice() -> None:
+    def rude(observer: rx.abc.ObserverBase[str], scheduler: object = None) -> rx.abc.DisposableBase:
+        observer.on_next("a")
+        observer.on_completed()
+        observer.on_next("late")  # after its completion: must be ignored
+        observer.on_completed()
+        observer.on_error(RuntimeError("late error"))
+        return rx.disposable.Disposable()
+
+    tails: list[int] = []
+
+    def reduce(chunks: Sequence[Any]) -> dict[str, Any]:
+        tails.append(len(chunks))
+        return {"text": "".join(chunks)}
+
+    app = (
+        StateGraph()
+        .add_node("rude", lambda s: rx.Observable(rude), reduce=reduce)
+        .add_edge(START, "rude")
+        .add_edge("rude", END)
+        .compile()
+    )
+    outputs: list[NodeOutput] = []
+    errors: list[Exception] = []
+    app.stream({}).subscribe(outputs.append, errors.append)
+    assert [getattr(o, "chunk", None) for o in outputs] == ["a", None]
+    assert tails == [1] and errors == []
+    assert outputs[-1].state == {"text": "a"}
