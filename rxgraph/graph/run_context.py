@@ -61,10 +61,6 @@ class RunContext:
         self.start_head: Checkpoint | None = None  # the thread's head when the run subscribed
         self.rewind_to: Checkpoint | None = None  # the state a cancelled run puts back
 
-    @property
-    def write_lock(self) -> threading.RLock:
-        return self._lock
-
     def start_from(
         self,
         head: Checkpoint | None,
