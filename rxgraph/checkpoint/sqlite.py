@@ -411,7 +411,9 @@ class SqliteSaver(CheckpointSaver):
                 old_ref = parent.refs[key]  # type: ignore[union-attr]
                 # Shared storage proves the prefix for free; otherwise (the parent was read from disk, or the list
                 # was rebuilt) compare item by item, which costs less than rewriting the history.
-                if isinstance(old_ref, tuple) and (value.shares_prefix_with(old) or _has_prefix(value, old)):
+                if isinstance(old_ref, tuple) and (
+                    value.shares_prefix_with(old) or _has_prefix(value, old, serde, key)
+                ):
                     start, tail = len(old), old_ref[0]
             texts = [serde._dumps(value[i], key, i) for i in range(start, len(value))]
             chains.append((key, tail, texts, value))
@@ -604,8 +606,16 @@ def _list_hint(hint: _Entry | None, key: str) -> tuple[int, int, FrozenList[Any]
     return (ref[0], ref[1], value) if type(value) is FrozenList else None
 
 
-def _has_prefix(value: FrozenList[Any], prefix: FrozenList[Any]) -> bool:
-    return all(a is b or a == b for a, b in zip(value, prefix))  # noqa: B905 - value is the longer one
+def _has_prefix(value: FrozenList[Any], prefix: FrozenList[Any], serde: Serde, key: str) -> bool:
+    """Whether the first ``len(prefix)`` items of ``value`` are stored exactly as ``prefix``'s are, so its rows can
+    be reused: each item is the very same object or encodes to the very same text. Equality is not enough: ``True ==
+    1``, ``1.0 == 1``, ``-0.0 == 0.0`` and ``(1, 2) == FrozenList([1, 2])``, and reusing the parent's row would read
+    back the parent's item."""
+    dumps = serde._dumps
+    for index, (a, b) in enumerate(zip(value, prefix)):  # noqa: B905 - value is the longer one
+        if a is not b and dumps(a, key, index) != dumps(b, key, index):
+            return False
+    return True
 
 
 def _row_id(cursor: sqlite3.Cursor) -> int:

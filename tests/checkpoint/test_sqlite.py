@@ -7,7 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
 from itertools import pairwise
 from pathlib import Path
@@ -17,6 +17,7 @@ import pytest
 from _support import ScriptedChat, final_reply, tool_call_reply
 
 from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableConfig
+from rxgraph._frozen import freeze
 from rxgraph.checkpoint import IncompatibleDatabaseError, SqliteSaver
 from rxgraph.errors import CheckpointDecodeError, SerializationError
 from rxgraph.messages import AssistantMessage, UserMessage, check_request
@@ -492,3 +493,68 @@ def test_conflicts_leave_no_rows_behind(saver: SqliteSaver, db: Path) -> None:
         )
     with _raw(db) as raw:
         assert raw.execute("SELECT count(*) FROM items").fetchone()[0] == 10
+
+
+# -- lists whose prefix only looks like the parent's -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parent_items", "child_items"),
+    [
+        ([1, 0], [True, False, 1]),
+        ([1, 2], [1.0, 2.0, 3.5]),
+        ([0.0], [-0.0, 1]),
+        ([(1, 2), "x"], [FrozenList([1, 2]), "x", "y"]),
+        ([FrozenList([1, 2])], [(1, 2), 3]),
+        ([{"a": 1, "b": 2}], [{"b": 2, "a": 1}, 3]),
+    ],
+)
+def test_a_list_whose_prefix_is_only_equal_to_the_parents_is_stored_again(
+    db: Path, parent_items: list[Any], child_items: list[Any]
+) -> None:
+    # Two separate FrozenLists, so nothing proves the prefix by shared storage: the saver has to compare items, and
+    # items that are equal but would be stored differently must not count as the parent's.
+    parent = Checkpoint(id="p", thread_id="t", seq=1, values={"xs": freeze(parent_items)}, run_id="r", source="input")
+    child = Checkpoint(
+        id="c", thread_id="t", seq=2, parent_id="p", values={"xs": freeze(child_items)}, run_id="r", source="loop"
+    )
+    assert child.values["xs"][: len(parent_items)] == parent.values["xs"]
+    assert not child.values["xs"].shares_prefix_with(parent.values["xs"])
+    with SqliteSaver(db) as saver:
+        saver.put(parent, expected_head=None)
+        saver.put(child, expected_head="p")
+    with SqliteSaver(db) as reopened:
+        for written in (child, parent):
+            back = reopened.get("t", written.id)
+            assert back is not None
+            assert _typed(back.values["xs"]) == _typed(written.values["xs"])
+
+
+def _typed(value: Any) -> Any:
+    """``value`` as a tree that tells types apart (and -0.0 from 0.0, and the order of a mapping's keys)."""
+    if isinstance(value, Mapping):
+        return (type(value).__name__, [(k, _typed(v)) for k, v in value.items()])
+    if isinstance(value, FrozenList | list | tuple):
+        return (type(value).__name__, [_typed(item) for item in value])
+    if type(value) is float:
+        return ("float", value.hex())
+    return (type(value).__name__, value)
+
+
+def test_a_rebuilt_list_with_the_very_same_items_still_shares_the_parents_rows(db: Path) -> None:
+    messages = _conversation(50)
+    with SqliteSaver(db) as saver:
+        saver.put(
+            Checkpoint(id="p", thread_id="t", seq=1, values={"m": messages}, run_id="r", source="input"),
+            expected_head=None,
+        )
+        rebuilt = FrozenList([*messages, UserMessage(content="new")])  # same item objects, new storage
+        before = saver.stats.items_written
+        saver.put(
+            Checkpoint(id="c", thread_id="t", seq=2, parent_id="p", values={"m": rebuilt}, run_id="r", source="loop"),
+            expected_head="p",
+        )
+        assert saver.stats.items_written - before == 1
+    with SqliteSaver(db) as reopened:
+        back = reopened.get("t", "c")
+        assert back is not None and back.values["m"] == [*messages, UserMessage(content="new")]
