@@ -11,7 +11,11 @@ Encoding (standard JSON throughout, so any JSON store can hold it):
 - everything else is a *tagged* object, whose single tag key starts with ``$``: ``{"$tuple": [...]}``,
   ``{"$set": [...]}`` (frozenset and set, decoded as frozenset), ``{"$bytes": "<base64>"}``,
   ``{"$float": "nan" | "inf" | "-inf"}`` and ``{"$type": "<registered name>", "data": {...}}`` for a model
-  (``data`` is pydantic's JSON-mode dump by alias, read back with a lax ``model_validate``).
+  (``data`` is pydantic's JSON-mode dump by alias, read back with a lax ``model_validate``);
+- a whole text that holds a lone surrogate (``"\\ud83d"``: half of an emoji split across two streamed deltas), which
+  UTF-8 cannot encode, is wrapped once more: ``{"$wtf8": "<base64>"}`` holds the text encoded as UTF-8 with
+  ``surrogatepass``. Escaping the surrogates as ``\\u`` sequences instead would not be exact: ``json.loads`` turns an
+  escaped pair back into one code point. Every text ``dumps`` produces can therefore be encoded as UTF-8.
 
 Non-finite floats are handled explicitly: outside models they are tagged (above) and come back as they were; inside a
 model's data they are refused with ``SerializationError``, because pydantic's JSON-mode dump leaves them as bare
@@ -54,7 +58,7 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _MAPPING_TYPES = (dict, FrozenDict, MappingProxyType)
-_TAGS = frozenset({"$type", "$tuple", "$set", "$bytes", "$float"})
+_TAGS = frozenset({"$type", "$tuple", "$set", "$bytes", "$float", "$wtf8"})
 
 
 class _Unencodable(Exception):
@@ -138,7 +142,7 @@ class Serde:
         except _Unencodable as error:
             raise _serialization_error(error, key) from None
         try:
-            return json.dumps(tree, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = json.dumps(tree, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except ValueError:
             # Only a model's own dump can still hold a non-finite float (everything else was tagged).
             where, model_name = _find_non_finite(tree)
@@ -149,6 +153,7 @@ class Serde:
                 key=key,
                 value_type=self._by_name.get(model_name or ""),
             ) from None
+        return _utf8_safe(text)
 
     def loads(self, text: str | bytes) -> Any:
         """Decode text written by :meth:`dumps`; containers come back frozen.
@@ -265,9 +270,30 @@ class Serde:
             if type(body) is not str:
                 raise ValueError("a $bytes tag must hold a base64 string")
             return base64.b64decode(body, validate=True)
+        if tag == "$wtf8":
+            return self._decode(_unwrap_wtf8(body))
         if body not in _NON_FINITE:
             raise ValueError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
         return _NON_FINITE[body]
+
+
+def _utf8_safe(text: str) -> str:
+    """JSON ``text`` as it is when UTF-8 can encode it (the common case, checked cheaply), else wrapped in a
+    ``{"$wtf8": "<base64>"}`` object that decodes to exactly ``text`` (see :func:`_unwrap_wtf8`)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return '{"$wtf8":"' + base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii") + '"}'
+    return text
+
+
+def _unwrap_wtf8(body: Any) -> Any:
+    """The JSON text a ``$wtf8`` tag holds, parsed (not decoded into values)."""
+    if type(body) is not str:
+        raise ValueError("a $wtf8 tag must hold a base64 string")
+    return json.loads(base64.b64decode(body, validate=True).decode("utf-8", "surrogatepass"))
 
 
 def _expect_list(body: Any, tag: str) -> list[Any]:

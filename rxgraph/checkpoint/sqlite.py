@@ -32,7 +32,7 @@ from .._frozen import FrozenList
 from ..errors import CheckpointConflictError, CheckpointDecodeError, IncompatibleDatabaseError
 from ._sqlite_schema import Migration, prepare
 from .base import Checkpoint, CheckpointSaver
-from .serde import Serde, default_serde
+from .serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
 
@@ -451,6 +451,8 @@ class SqliteSaver(CheckpointSaver):
         )
         try:
             refs_json = json.loads(manifest)
+            if type(refs_json) is dict and len(refs_json) == 1 and type(refs_json.get("$wtf8")) is str:
+                refs_json = _unwrap_wtf8(refs_json["$wtf8"])  # a state key holds a lone surrogate
             if type(refs_json) is not dict:
                 raise ValueError(f"the manifest is not a JSON object: {manifest[:80]!r}")
             blob_ids = [ref for ref in refs_json.values() if type(ref) is int]
@@ -576,8 +578,14 @@ class _Locked:
 
 
 def _checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, _Ref]) -> tuple[Any, ...]:
-    manifest = json.dumps(
-        {key: list(ref) if isinstance(ref, tuple) else ref for key, ref in refs.items()}, separators=(",", ":")
+    # Keys as they are, not as \u escapes: json.loads would join an escaped surrogate pair into one code point. A
+    # key that UTF-8 cannot carry wraps the manifest in a {"$wtf8": ...} object (a real key never maps to a string).
+    manifest = _utf8_safe(
+        json.dumps(
+            {key: list(ref) if isinstance(ref, tuple) else ref for key, ref in refs.items()},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
     )
     return (
         checkpoint.id,

@@ -257,3 +257,66 @@ def test_no_pickle_like_module_is_imported_anywhere_in_the_package() -> None:
                     names = [str(node.args[0].value)]
             offenders += [f"{path.relative_to(package)}: {n}" for n in names if n.split(".")[0] in _FORBIDDEN]
     assert offenders == []
+
+
+# -- strings that are not valid Unicode text on their own --------------------------------------------------------
+
+_HALVES = "\ud83d" + "\ude00"  # an emoji split across two streamed deltas, joined back: two code points, not one
+
+_SURROGATE_VALUES: list[Any] = [
+    "\ud83d",
+    "\ude00",
+    _HALVES,
+    "ok \ud83d then \ude00 and 😀",
+    {"delta": "\ud83d", "\udc80key": _HALVES, "$\ud800": 1},
+    ["plain", "\udfff", ("\ud800", b"\xed\xa0\x80")],
+    frozenset({"\ud83d", _HALVES}),
+    AssistantMessage(content=_HALVES),
+    AssistantMessage(content="", tool_calls=[ToolCall(id="c1", name="f", arguments='{"q": "\ude00"}')]),
+    [UserMessage(content="\ud83d"), ToolMessage(tool_call_id="c", content=_HALVES)],
+]
+
+
+def _code_points(value: Any) -> Any:
+    if isinstance(value, str):
+        return [ord(c) for c in value]
+    if isinstance(value, BaseModel):
+        return [type(value).__name__, {k: _code_points(v) for k, v in value}]
+    if isinstance(value, dict | FrozenDict):
+        return [[_code_points(k), _code_points(v)] for k, v in value.items()]
+    if isinstance(value, list | tuple | FrozenList):  # a list comes back as a FrozenList, a tuple as a tuple
+        return ["tuple" if type(value) is tuple else "list", [_code_points(v) for v in value]]
+    if isinstance(value, frozenset):
+        return sorted(json.dumps(_code_points(v)) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("value", _SURROGATE_VALUES)
+def test_lone_surrogates_round_trip_exactly_as_text_that_encodes_to_utf8(value: Any) -> None:
+    text = default_serde.dumps(value)
+    text.encode("utf-8")  # what SQLite (or any UTF-8 store) is given
+    back = default_serde.loads(text)
+    assert back == value
+    assert _code_points(back) == _code_points(value)
+    assert default_serde.loads(text.encode("utf-8")) == value
+    assert default_serde.loads_many([text, default_serde.dumps("x"), text]) == [value, "x", value]
+
+
+def test_the_surrogate_pair_of_two_code_points_is_not_turned_into_the_emoji() -> None:
+    back = default_serde.loads(default_serde.dumps(_HALVES))
+    assert back == _HALVES and back != "😀" and len(back) == 2
+    emoji = default_serde.loads(default_serde.dumps("😀"))
+    assert emoji == "😀" and len(emoji) == 1
+
+
+def test_valid_text_is_stored_as_plain_json() -> None:
+    # Only text that UTF-8 cannot carry is wrapped; everything else stays readable JSON.
+    assert default_serde.dumps("héllo 😀") == '"héllo 😀"'
+    assert default_serde.dumps({"a": ["b"]}) == '{"a":["b"]}'
+    assert json.loads(default_serde.dumps("\ud83d")).keys() == {"$wtf8"}
+
+
+@pytest.mark.parametrize("text", ['{"$wtf8": 1}', '{"$wtf8": "not base64!"}', '{"$wtf8": "/w=="}'])
+def test_a_damaged_wrapped_text_raises_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        default_serde.loads(text)

@@ -20,7 +20,7 @@ from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableCon
 from rxgraph._frozen import freeze
 from rxgraph.checkpoint import IncompatibleDatabaseError, SqliteSaver
 from rxgraph.errors import CheckpointDecodeError, SerializationError
-from rxgraph.messages import AssistantMessage, UserMessage, check_request
+from rxgraph.messages import AssistantMessage, ToolCall, UserMessage, check_request
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = RunnableConfig(thread_id="t")
@@ -558,3 +558,60 @@ def test_a_rebuilt_list_with_the_very_same_items_still_shares_the_parents_rows(d
     with SqliteSaver(db) as reopened:
         back = reopened.get("t", "c")
         assert back is not None and back.values["m"] == [*messages, UserMessage(content="new")]
+
+
+# -- text that UTF-8 cannot carry as it is ----------------------------------------------------------------------
+
+
+def test_strings_with_lone_surrogates_are_stored_and_read_back_exactly(db: Path) -> None:
+    halves = "\ud83d" + "\ude00"  # an emoji split across two streamed deltas: two code points
+    values: dict[str, Any] = {
+        "text": halves,
+        "lone": "\udc80",
+        "nested": {"delta": "\ud83d", "\ude00": [halves, ("\ud800",)]},
+        "messages": [
+            UserMessage(content="tell me a joke \ud83d"),
+            AssistantMessage(content=halves, tool_calls=[ToolCall(id="c1", name="f", arguments='{"e": "\ud83d"}')]),
+        ],
+    }
+    first = Checkpoint(id="a", thread_id="t", seq=1, values=values, run_id="r", source="input")
+    grown = dict(first.values)
+    grown["messages"] = first.values["messages"].extended([AssistantMessage(content="\ude00")])
+    second = Checkpoint(id="b", thread_id="t", seq=2, parent_id="a", values=grown, run_id="r", source="loop")
+    with SqliteSaver(db) as saver:
+        saver.put(first, expected_head=None)
+        saver.put(second, expected_head="a")
+    with SqliteSaver(db) as reopened:
+        for written in (second, first):
+            back = reopened.get("t", written.id)
+            assert back is not None and back.values == written.values
+            assert _code_points(back.values) == _code_points(written.values)
+        head = reopened.get("t")
+        assert head is not None and head.values["text"] != "😀" and len(head.values["text"]) == 2
+
+
+def _code_points(value: Any) -> Any:
+    if isinstance(value, str):
+        return [ord(c) for c in value]
+    if isinstance(value, AssistantMessage | UserMessage | ToolCall):
+        return [type(value).__name__, [(k, _code_points(v)) for k, v in value]]
+    if isinstance(value, Mapping):
+        return [(_code_points(k), _code_points(v)) for k, v in value.items()]
+    if isinstance(value, FrozenList | list | tuple):
+        return [type(value).__name__, [_code_points(v) for v in value]]
+    return value
+
+
+def test_state_keys_with_surrogates_keep_their_code_points(db: Path) -> None:
+    # Two code points that only look like an emoji, the emoji itself, a lone half, and a key named like the tag.
+    values = {"\ud83d\ude00": 1, "😀": 2, "\ud83d": [3], "$wtf8": "x", "plain": 5}
+    with SqliteSaver(db) as saver:
+        saver.put(
+            Checkpoint(id="a", thread_id="t", seq=1, values=values, run_id="r", source="input"),
+            expected_head=None,
+        )
+    with SqliteSaver(db) as reopened:
+        head = reopened.get("t")
+        assert head is not None
+        assert [_code_points(k) for k in head.values] == [_code_points(k) for k in values]
+        assert dict(head.values) == values
