@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -106,9 +107,22 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     saver = _open(args.db)
     try:
         if args.thread is None:
-            rows = []
+            rows: list[dict[str, Any]] = []
             for thread in sorted(saver.threads()):
-                head = saver.get(thread)
+                try:
+                    head = saver.get(thread)
+                except CheckpointDecodeError as error:
+                    # One damaged head must not hide the other threads (`check` reports it the same way).
+                    rows.append(
+                        {
+                            "thread_id": thread,
+                            "head_seq": _seq_of(args.db, error.checkpoint_id),
+                            "head_safe": None,
+                            "head_source": None,
+                            "error": str(error),
+                        }
+                    )
+                    continue
                 rows.append(
                     {
                         "thread_id": thread,
@@ -125,7 +139,12 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                     out,
                     ["THREAD", "HEAD SEQ", "HEAD", "SAFE"],
                     [
-                        [r["thread_id"], r["head_seq"], r["head_source"], "yes" if r["head_safe"] else "NO"]
+                        [
+                            r["thread_id"],
+                            "-" if r["head_seq"] is None else r["head_seq"],
+                            r["head_source"] or "-",
+                            f"UNREADABLE: {r['error']}" if "error" in r else "yes" if r["head_safe"] else "NO",
+                        ]
                         for r in rows
                     ],
                 )
@@ -168,11 +187,8 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     path = Path(args.db)
     if not path.is_file():
         raise CliError(f"no such database file: {args.db}")
-    connection = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-    try:
+    with closing(_read_only(path)) as connection:
         result = [row[0] for row in connection.execute("PRAGMA integrity_check")]
-    finally:
-        connection.close()
     if result != ["ok"]:
         print(f"integrity check FAILED for {args.db}:", file=out)
         for line in result:
@@ -199,6 +215,17 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     finally:
         saver.close()
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _seq_of(db: str, checkpoint_id: str) -> int | None:
+    """The seq of a checkpoint that cannot be decoded, read from its row alone."""
+    with closing(_read_only(Path(db))) as connection:
+        row = connection.execute("SELECT seq FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _table(out: TextIO, header: list[str], rows: list[list[Any]]) -> None:

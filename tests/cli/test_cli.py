@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import rxgraph
-from rxgraph import END, START, KeyStrategy, RunnableConfig, StateGraph
+from rxgraph import END, START, Checkpoint, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.checkpoint.sqlite import SqliteSaver
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
 
@@ -147,3 +147,70 @@ def test_usage_errors_exit_with_2(tmp_path: Path) -> None:
     assert _rxgraph(cwd=tmp_path).returncode == 2
     assert _rxgraph("inspect", cwd=tmp_path).returncode == 2
     assert _rxgraph("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def _two_threads_one_head_damaged(folder: Path) -> Path:
+    db = folder / "damaged.db"
+    with SqliteSaver(db) as saver:
+        for thread in ("good", "bad"):
+            first = saver.put(
+                Checkpoint(
+                    id=f"{thread}-1",
+                    thread_id=thread,
+                    seq=1,
+                    values={"messages": [UserMessage(content="q")]},
+                    run_id="r",
+                    source="input",
+                ),
+                expected_head=None,
+            )
+            saver.put(
+                Checkpoint(
+                    id=f"{thread}-2",
+                    thread_id=thread,
+                    seq=2,
+                    parent_id=first.id,
+                    values={"messages": first.values["messages"].extended([AssistantMessage(content="a")])},
+                    run_id="r",
+                    source="loop",
+                ),
+                expected_head=first.id,
+            )
+    connection = sqlite3.connect(db, isolation_level=None)
+    try:
+        connection.execute("UPDATE checkpoints SET manifest = 'not json' WHERE id = ?", ("bad-2",))
+    finally:
+        connection.close()
+    return db
+
+
+def test_inspect_lists_every_thread_and_marks_one_whose_head_cannot_be_read(tmp_path: Path) -> None:
+    db = _two_threads_one_head_damaged(tmp_path)
+    result = _rxgraph("inspect", "--db", str(db), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["THREAD", "HEAD", "SEQ", "HEAD", "SAFE"]
+    assert lines[1].split()[:4] == ["bad", "2", "-", "UNREADABLE:"]
+    assert "bad-2" in lines[1] and "cannot be decoded" in lines[1]
+    assert lines[2].split() == ["good", "2", "loop", "yes"]
+    listing = json.loads(_rxgraph("inspect", "--db", str(db), "--json", cwd=tmp_path).stdout)
+    bad, good = listing["threads"]
+    assert good == {"thread_id": "good", "head_seq": 2, "head_safe": True, "head_source": "loop"}
+    assert bad["thread_id"] == "bad" and bad["head_seq"] == 2
+    assert bad["head_safe"] is None and bad["head_source"] is None
+    assert "bad-2" in bad["error"] and "cannot be decoded" in bad["error"]
+    # `check` agrees on which thread is damaged.
+    check = _rxgraph("check", "--db", str(db), cwd=tmp_path)
+    assert check.returncode == 0 and "bad: the head cannot be read" in check.stdout
+
+
+def test_check_and_inspect_read_a_file_whose_name_looks_like_part_of_a_uri(tmp_path: Path) -> None:
+    db = _two_threads_one_head_damaged(tmp_path)
+    odd = db.with_name("chat #1?mode=rwc.db")
+    db.rename(odd)
+    check = _rxgraph("check", "--db", str(odd), cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert "integrity check: ok" in check.stdout
+    inspect = _rxgraph("inspect", "--db", str(odd), "--json", cwd=tmp_path)
+    assert inspect.returncode == 0, inspect.stderr
+    assert [row["head_seq"] for row in json.loads(inspect.stdout)["threads"]] == [2, 2]
