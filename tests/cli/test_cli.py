@@ -211,6 +211,8 @@ def test_check_and_inspect_read_a_file_whose_name_looks_like_part_of_a_uri(tmp_p
     check = _rxgraph("check", "--db", str(odd), cwd=tmp_path)
     assert check.returncode == 0, check.stderr
     assert "integrity check: ok" in check.stdout
+    # The check read that very file: it did not open (and create) one named by what comes before the '#'.
+    assert all(path.name.startswith(odd.name) for path in tmp_path.iterdir())
     inspect = _rxgraph("inspect", "--db", str(odd), "--json", cwd=tmp_path)
     assert inspect.returncode == 0, inspect.stderr
     assert [row["head_seq"] for row in json.loads(inspect.stdout)["threads"]] == [2, 2]
