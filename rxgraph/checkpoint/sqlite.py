@@ -21,6 +21,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -186,6 +187,8 @@ class SqliteSaver(CheckpointSaver):
         # Waits for another thread's call, which itself may wait up to `timeout` on SQLite's lock.
         self._lock = threading.Lock()
         self._lock_timeout = 2 * timeout
+        self._waiting = 0  # calls blocked on _lock right now (counted only once a call has to wait)
+        self._waiting_lock = threading.Lock()
         self._by_id: _Lru[str, _Entry] = _Lru(cache_size)
         self._heads: _Lru[str, str] = _Lru(cache_size)  # thread id -> id of the newest head this saver saw
         self._blob_values: _Lru[int, Any] = _Lru(4 * cache_size)
@@ -563,10 +566,8 @@ class _Locked:
 
     def __enter__(self) -> sqlite3.Connection:
         saver = self._saver
-        if not saver._lock.acquire(timeout=saver._lock_timeout):
-            raise TimeoutError(
-                f"{saver!r}: another thread held the saver for more than {saver._lock_timeout} s; giving up"
-            )
+        if not saver._lock.acquire(blocking=False):
+            _wait_for(saver)
         conn = saver._conn
         if conn is None:
             saver._lock.release()
@@ -575,6 +576,35 @@ class _Locked:
 
     def __exit__(self, *exc: object) -> None:
         self._saver._lock.release()
+
+
+def _wait_for(saver: SqliteSaver) -> None:
+    """Acquire the saver's lock that another thread is holding; count this call among its waiters meanwhile. The
+    lock may have changed hands many times before the limit ran out, so the error says what is known: how long
+    this call waited and how many were queued with it, not who held the lock."""
+    limit = saver._lock_timeout
+    with saver._waiting_lock:
+        saver._waiting += 1
+    started = time.monotonic()
+    try:
+        acquired = saver._lock.acquire(timeout=limit)
+    finally:
+        with saver._waiting_lock:
+            waiting = saver._waiting
+            saver._waiting -= 1
+    if acquired:
+        return
+    waited = time.monotonic() - started
+    queue = (
+        "only this call was waiting for it"
+        if waiting == 1
+        else f"{waiting} calls, this one included, were waiting for it"
+    )
+    raise TimeoutError(
+        f"{saver!r}: this call waited {waited:.3f} s for the saver's connection (the limit is {limit:g} s, twice "
+        f"the saver's timeout) and gave up: other threads of this process were using it, and when it gave up "
+        f"{queue}"
+    )
 
 
 def _checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, _Ref]) -> tuple[Any, ...]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
 from itertools import pairwise
@@ -15,10 +17,11 @@ from typing import Any
 
 import pytest
 from _support import ScriptedChat, final_reply, tool_call_reply
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableConfig
 from rxgraph._frozen import freeze
-from rxgraph.checkpoint import IncompatibleDatabaseError, SqliteSaver
+from rxgraph.checkpoint import IncompatibleDatabaseError, Serde, SqliteSaver
 from rxgraph.errors import CheckpointDecodeError, SerializationError
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage, check_request
 
@@ -615,3 +618,90 @@ def test_state_keys_with_surrogates_keep_their_code_points(db: Path) -> None:
         assert head is not None
         assert [_code_points(k) for k in head.values] == [_code_points(k) for k in values]
         assert dict(head.values) == values
+
+
+# -- threads queueing for the connection -------------------------------------------------------------------------
+
+
+def test_a_call_that_waits_too_long_for_the_connection_says_how_long_and_for_what(db: Path) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(BaseModel):
+        model_config = ConfigDict(frozen=True)
+        n: int
+
+        @field_serializer("n")
+        def _hold(self, n: int) -> int:  # runs inside put, while the put holds the saver's connection
+            entered.set()
+            release.wait(30)
+            return n
+
+    written: list[Checkpoint] = []
+    with SqliteSaver(db, serde=Serde([Slow]), timeout=0.05) as saver:
+        slow = Checkpoint(id="a", thread_id="t", seq=1, values={"x": Slow(n=1)}, run_id="r", source="input")
+        holder = threading.Thread(target=lambda: written.append(saver.put(slow, expected_head=None)))
+        holder.start()
+        try:
+            assert entered.wait(30)
+            with pytest.raises(TimeoutError) as caught:
+                saver.get("t")
+        finally:
+            release.set()
+            holder.join(30)
+        message = str(caught.value)
+        assert re.search(r"this call waited \d+\.\d+ s for the saver's connection", message), message
+        assert "other threads of this process were using it" in message
+        assert "only this call was waiting for it" in message
+        assert "another thread held" not in message  # no single holder is blamed
+        assert written == [slow] and saver.get("t") == slow  # the slow put was not disturbed
+
+
+def test_the_timeout_message_counts_the_calls_that_were_waiting(db: Path) -> None:
+    held, release = threading.Event(), threading.Event()
+    waiting = threading.Semaphore(0)
+
+    class ObservedLock:
+        """The saver's own lock, telling the test when a call starts to wait for it."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if blocking:
+                waiting.release()
+            return bool(self.inner.acquire(blocking, timeout))
+
+        def release(self) -> None:
+            self.inner.release()
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.release()
+
+    def hold() -> None:
+        with lock.inner:
+            held.set()
+            release.wait(30)
+
+    with SqliteSaver(db, timeout=0.05) as saver:
+        lock = ObservedLock(saver._lock)
+        saver._lock = lock  # type: ignore[assignment]
+        patient_result: list[list[str]] = []
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(30)
+        try:
+            saver._lock_timeout = 60  # the first waiter is patient...
+            patient = threading.Thread(target=lambda: patient_result.append(saver.threads()))
+            patient.start()
+            assert waiting.acquire(timeout=30)  # ...and is now waiting
+            saver._lock_timeout = 0.05  # the second is not
+            with pytest.raises(TimeoutError, match="2 calls, this one included, were waiting for it"):
+                saver.threads()
+        finally:
+            release.set()
+            holder.join(30)
+        patient.join(30)
+        assert patient_result == [[]]
