@@ -11,6 +11,7 @@ import itertools
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
 __all__ = ["FrozenDict", "FrozenList", "freeze"]
@@ -180,15 +181,15 @@ class FrozenDict(Mapping[_K, _V]):
 def freeze(value: Any) -> Any:
     """Return ``value`` with every list, dict and set inside it replaced by an immutable equivalent.
 
-    Lists become :class:`FrozenList`, dicts :class:`FrozenDict`, sets ``frozenset``; tuples are rebuilt only if an item
-    changed. Anything else (numbers, strings, frozen pydantic models, user objects) is returned as it is: keeping
-    those immutable is the caller's part of the contract.
+    Lists become :class:`FrozenList`, dicts and ``MappingProxyType`` views :class:`FrozenDict`, sets ``frozenset``;
+    tuples are rebuilt only if an item changed. Anything else (numbers, strings, frozen pydantic models, user
+    objects) is returned as it is: keeping those immutable is the caller's part of the contract.
     """
     if isinstance(value, str | int | float | bool | bytes | FrozenList | FrozenDict | frozenset) or value is None:
         return value
     if isinstance(value, list):
         return FrozenList(freeze(v) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, dict | MappingProxyType):  # a proxy is read-only, not frozen: its dict can still change
         return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         frozen = tuple(freeze(v) for v in value)
