@@ -6,12 +6,15 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointDecodeError",
     "CheckpointNotFoundError",
+    "DeadlockError",
     "GraphRecursionError",
     "GraphValidationError",
     "IncompatibleDatabaseError",
     "MaxIterationsError",
+    "RunInterruptedError",
     "RxGraphError",
     "SerializationError",
+    "ThreadBusyError",
     "UnsafeHistoryError",
 ]
 
@@ -82,3 +85,33 @@ class SerializationError(RxGraphError, TypeError):
         super().__init__(message)
         self.key = key
         self.value_type = value_type
+
+
+class ThreadBusyError(RxGraphError):
+    """A run was refused because another run holds its thread (``multitask="reject"``), or a state update was
+    refused while a run is live on the thread.
+
+    ``run_id`` is the run that holds the thread.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, run_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.run_id = run_id
+
+
+class RunInterruptedError(RxGraphError):
+    """The run was cancelled, and rewound like any cancelled run, because a newer run on its thread asked for the
+    thread with ``multitask="interrupt"``. Its subscriber receives this error; ``by_run_id`` is the newer run."""
+
+    def __init__(self, message: str, *, thread_id: str, run_id: str, by_run_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.by_run_id = by_run_id
+
+
+class DeadlockError(RxGraphError, RuntimeError):
+    """A blocking call would wait for work that can only make progress on the very thread it blocks: for example
+    ``invoke()`` called on the event loop that its run's ``AsyncIOScheduler`` uses. Subscribe to ``stream()``
+    instead, or make the call from another thread."""

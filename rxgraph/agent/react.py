@@ -15,7 +15,7 @@ from ..checkpoint.base import CheckpointSaver
 from ..errors import MaxIterationsError
 from ..graph.builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
 from ..graph.compiled import CompiledGraph
-from ..graph.config import RunnableConfig
+from ..graph.config import MultitaskPolicy, RunnableConfig
 from ..graph.constants import END, START
 from ..graph.outputs import NodeOutput, StateSnapshot
 from ..graph.state import KeyStrategy
@@ -41,7 +41,8 @@ class ReactAgent:
     without tool calls. Its ``max_iterations``-th call in one turn offers the model no tools, so it must answer.
 
     With a checkpointer, a turn is atomic: a cancelled turn is rewound (``on_cancel="rewind"``), and a new turn
-    starts from the newest history that can take a user message (``on_unsafe_head="rollback"``).
+    starts from the newest history that can take a user message (``on_unsafe_head="rollback"``). One turn runs per
+    thread at a time; ``multitask`` says what a turn does when another one is running (see ``StateGraph.compile``).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class ReactAgent:
         max_iterations: int = 10,
         on_cancel: CancelPolicy = "rewind",
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
+        multitask: MultitaskPolicy = "enqueue",
     ) -> None:
         if not hasattr(model, "stream"):
             raise TypeError(f"model must have a stream(messages, tools) method, got {type(model).__name__}")
@@ -78,7 +80,7 @@ class ReactAgent:
             .add_edge(START, "model")
             .add_conditional_edges("model", _after_model, {"tools": "tools", "end": END})
             .add_edge("tools", "model")
-            .compile(checkpointer=checkpointer, on_cancel=on_cancel, on_unsafe_head=on_unsafe_head)
+            .compile(checkpointer=checkpointer, on_cancel=on_cancel, on_unsafe_head=on_unsafe_head, multitask=multitask)
         )
 
     # -- running -----------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from .._frozen import FrozenDict, FrozenList
 from .builder import StateGraph
 from .compiled import CompiledGraph
-from .config import RunnableConfig
+from .config import MultitaskPolicy, RunnableConfig
 from .constants import END, START
 from .outputs import NodeOutput, StateSnapshot, StreamingOutput
 from .state import KeyStrategy
@@ -15,6 +15,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "KeyStrategy",
+    "MultitaskPolicy",
     "NodeOutput",
     "RunnableConfig",
     "StateGraph",

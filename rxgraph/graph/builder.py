@@ -6,6 +6,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Self
 
 from ..errors import GraphValidationError
+from .config import MultitaskPolicy
 from .constants import END, RESERVED_NAMES, START
 from .edges import Branch, Route
 from .node import NodeAction, NodeSpec, Reducer
@@ -86,6 +87,7 @@ class StateGraph:
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
         on_cancel: CancelPolicy = "rewind",
         messages_key: str | None = "messages",
+        multitask: MultitaskPolicy = "enqueue",
     ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
 
@@ -98,6 +100,11 @@ class StateGraph:
           ``take_until``, ``timeout``): ``"rewind"`` writes a new head equal to the state before the run, so the
           turn is as if it never happened; ``"keep"`` leaves whatever the run had written.
         - ``messages_key``: the state key holding the chat history the safety rules apply to (None: no rules).
+        - ``multitask``: what a run does when another run holds its thread (one run per thread at a time, among the
+          graphs sharing this checkpointer in this process): ``"enqueue"`` starts it once the other has ended,
+          ``"reject"`` fails it with ``ThreadBusyError``, ``"interrupt"`` cancels the other (which is rewound, and
+          whose subscriber gets ``RunInterruptedError``) and starts once it has. ``RunnableConfig(multitask=...)``
+          overrides it per run.
 
         Raises ``GraphValidationError`` naming the problem (unknown node in an edge, no edge from START, a node with
         no way out, several ways out of one node).
@@ -112,6 +119,7 @@ class StateGraph:
             on_unsafe_head=on_unsafe_head,
             on_cancel=on_cancel,
             messages_key=messages_key,
+            multitask=multitask,
         )
 
     def _validate(self) -> dict[str, Branch]:

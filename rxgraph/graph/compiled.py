@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from reactivex import Observable, abc
 from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..errors import CheckpointConflictError, CheckpointNotFoundError, GraphValidationError, UnsafeHistoryError
+from ..errors import CheckpointNotFoundError, DeadlockError, GraphValidationError, UnsafeHistoryError
 from ..rx import SignalType, do_finally, do_on_cancel
-from .config import RunnableConfig
+from ..rx._subscribe import subscribe_source
+from .config import MultitaskPolicy, RunnableConfig
 from .constants import END
 from .edges import Branch
 from .node import NodeSpec
@@ -23,6 +26,7 @@ from .outputs import NodeOutput, StateSnapshot
 from .run_context import RunContext
 from .runner import Run
 from .safety import HistorySafety
+from .slots import slots_for
 from .state import StateSchema
 
 if TYPE_CHECKING:
@@ -50,6 +54,7 @@ class CompiledGraph:
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
         on_cancel: CancelPolicy = "rewind",
         messages_key: str | None = "messages",
+        multitask: MultitaskPolicy = "enqueue",
     ) -> None:
         if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
             raise TypeError(f"checkpointer must be a CheckpointSaver, got {type(checkpointer).__name__}")
@@ -59,6 +64,9 @@ class CompiledGraph:
             raise ValueError(f"messages_key must be a non-empty string or None, got {messages_key!r}")
         if on_cancel not in ("rewind", "keep"):
             raise ValueError(f"on_cancel must be 'rewind' or 'keep', got {on_cancel!r}")
+        if multitask not in get_args(MultitaskPolicy):
+            raise ValueError(f"multitask must be 'enqueue', 'reject' or 'interrupt', got {multitask!r}")
+        self.multitask: MultitaskPolicy = multitask
         self.on_unsafe_head: UnsafeHeadPolicy = on_unsafe_head
         self.on_cancel: CancelPolicy = on_cancel
         self.messages_key = messages_key
@@ -84,6 +92,7 @@ class CompiledGraph:
         """Run to the end and return the final state's values. Blocks the calling thread until the run ends (also
         when nodes run on other threads); with a virtual-time scheduler in the config, advances it until then."""
         config = self._check_config(config)
+        _refuse_blocking_on_own_loop(config.scheduler)
         final: list[Mapping[str, Any]] = []
         errors: list[Exception] = []
         done = threading.Event()
@@ -126,46 +135,22 @@ class CompiledGraph:
                 config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
             )
             ctx = RunContext(config.thread_id, self.checkpointer, HistorySafety(self.messages_key))
-            run = Run(self, ctx, frozen_input, run_config, run_scheduler, on_final_state)
+            run = Run(
+                self, ctx, frozen_input, run_config, run_scheduler, on_final_state, config.multitask or self.multitask
+            )
 
             def _finally(signal: SignalType) -> None:
                 if signal is SignalType.CANCEL:
-                    self._on_cancelled(ctx)
+                    run.cancelled()
 
-            # do_on_cancel raises the flag before the run is disposed; do_finally sits last so that it runs after
+            # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
-            pipeline = Observable(run.subscribe).pipe(do_on_cancel(ctx.mark_cancelled), do_finally(_finally))
+            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(_finally))
             # `observer` is already the auto-detaching observer of this subscription; subscribing the pipeline with
             # subscribe() would wrap it once more, one more call per streamed chunk for nothing.
-            return pipeline._subscribe_core(observer, scheduler)
+            return subscribe_source(pipeline, observer.on_next, observer.on_error, observer.on_completed, scheduler)
 
         return Observable(_subscribe)
-
-    def _on_cancelled(self, ctx: RunContext) -> None:
-        # Runs from do_finally: after the whole upstream was disposed, so this is the run's last word.
-        if self.on_cancel == "keep":
-            ctx.close()
-            return
-        try:
-            rewound = ctx.rewind()
-        except CheckpointConflictError as conflict:
-            _log.info(
-                "thread %r: run %s was cancelled, but another writer moved the head to %s since; the rewind "
-                "leaves that newer head alone",
-                ctx.thread_id,
-                ctx.run_id,
-                conflict.actual_head,
-            )
-        except Exception:
-            # Never mask the cancellation: the next turn's safe-head selection still protects the history.
-            _log.exception(
-                "thread %r: run %s was cancelled and rewinding the thread to its pre-turn state failed",
-                ctx.thread_id,
-                ctx.run_id,
-            )
-        else:
-            if rewound is not None:
-                _log.debug("thread %r: cancelled run %s rewound to %s", ctx.thread_id, ctx.run_id, rewound.parent_id)
 
     def _check_config(self, config: RunnableConfig | None) -> RunnableConfig:
         if config is None:
@@ -246,6 +231,23 @@ class CompiledGraph:
         saver, thread_id = self._saver_for(config)
         if as_node is not None and as_node not in self.nodes:
             raise GraphValidationError(f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(self.nodes)}")
+        slots, writer = slots_for(saver), _Writer()
+        claim = slots.claim(thread_id, writer, "reject")  # a live run: ThreadBusyError; one ending: wait for it
+        try:
+            if claim.outcome != "granted":
+                writer.wait()
+            return self._update(saver, thread_id, config, values, as_node)
+        finally:
+            slots.release(thread_id, writer)
+
+    def _update(
+        self,
+        saver: CheckpointSaver,
+        thread_id: str,
+        config: RunnableConfig,
+        values: Mapping[str, Any] | None,
+        as_node: str | None,
+    ) -> StateSnapshot:
         head = saver.get(thread_id)
         base = head
         if config.checkpoint_id is not None:
@@ -267,8 +269,9 @@ class CompiledGraph:
     def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
         """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
         when it is safe, else the newest safe checkpoint. Raises ``UnsafeHistoryError`` where such a run would."""
-        saver, _ = self._saver_for(config)
-        head = saver.get(config.thread_id or "")
+        saver, thread_id = self._saver_for(config)
+        slots_for(saver).wait_settled(thread_id)
+        head = saver.get(thread_id)
         base = self._choose_base(saver, config, head, True)
         return _snapshot(base) if base is not None else StateSnapshot(values=MappingProxyType({}))
 
@@ -281,9 +284,17 @@ class CompiledGraph:
             raise ValueError("reading state needs a thread: RunnableConfig(thread_id=...)")
         return self.checkpointer, config.thread_id
 
-    def get_state(self, config: RunnableConfig) -> StateSnapshot:
-        """The thread's state at its head (or at ``config.checkpoint_id``). Empty values for an unknown thread."""
+    def _settled_saver_for(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
+        """The saver and thread to read, once a run that is rewinding the thread has landed its rewind."""
         saver, thread_id = self._saver_for(config)
+        slots_for(saver).wait_settled(thread_id)
+        return saver, thread_id
+
+    def get_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The thread's state at its head (or at ``config.checkpoint_id``). Empty values for an unknown thread.
+
+        If a cancelled run is rewinding the thread right now, this waits until its rewind has landed."""
+        saver, thread_id = self._settled_saver_for(config)
         checkpoint = saver.get(thread_id, config.checkpoint_id)
         if checkpoint is None:
             if config.checkpoint_id is not None:
@@ -293,8 +304,48 @@ class CompiledGraph:
 
     def get_state_history(self, config: RunnableConfig, *, limit: int | None = None) -> list[StateSnapshot]:
         """Every state of the thread, newest first (including those of cancelled or failed runs)."""
-        saver, thread_id = self._saver_for(config)
+        saver, thread_id = self._settled_saver_for(config)
         return [_snapshot(checkpoint) for checkpoint in saver.list(thread_id, limit=limit)]
+
+
+class _Writer:
+    """Holds a thread's slot for ``update_state``: a write from outside a run waits for a rewinding run, and runs,
+    reads and other updates that arrive meanwhile wait for it, as for a run that is ending (it is one short write,
+    so an interrupting run waits too)."""
+
+    ending = True
+
+    def __init__(self) -> None:
+        self.run_id = f"update-{uuid.uuid4().hex}"
+        self.ending_thread = threading.get_ident()
+        self._granted = threading.Event()
+
+    def granted(self) -> None:
+        self._granted.set()
+
+    def wait(self) -> None:
+        self._granted.wait()
+
+    def interrupt(self, by_run: str) -> None:
+        pass
+
+
+def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:
+    """``invoke`` blocks its thread until the run ends: on the loop its run is scheduled on, it would wait forever."""
+    # AsyncIOScheduler and AsyncIOThreadSafeScheduler keep their loop in `_loop` (tests/rx/test_reactivex_contract.py).
+    loop = getattr(scheduler, "_loop", None)
+    if not isinstance(loop, asyncio.AbstractEventLoop):
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if running is loop:
+        raise DeadlockError(
+            "invoke() was called on the event loop that its run's scheduler runs on: it would block the loop while "
+            "waiting for a run that needs that loop to make progress. Subscribe to stream() from the coroutine "
+            "instead, or call invoke() from another thread (e.g. `await loop.run_in_executor(None, ...)`)"
+        )
 
 
 def _snapshot(checkpoint: Checkpoint) -> StateSnapshot:

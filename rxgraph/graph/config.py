@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from reactivex import abc
 
-__all__ = ["RunnableConfig"]
+__all__ = ["MultitaskPolicy", "RunnableConfig"]
+
+MultitaskPolicy = Literal["enqueue", "reject", "interrupt"]
+"""What a run does when another run holds its thread: wait for it to end, fail with ``ThreadBusyError``, or cancel
+it (it is rewound) and start once it has ended. A run that is only finishing its rewind is always waited for."""
 
 
 class RunnableConfig(BaseModel):
@@ -19,6 +23,8 @@ class RunnableConfig(BaseModel):
       tools). With none, the scheduler given to ``subscribe`` is used, and with neither the run is synchronous on the
       subscribing thread. Put a ``TestScheduler`` here to run a whole graph in virtual time.
     - ``recursion_limit``: the most node executions one run may take before it fails with ``GraphRecursionError``.
+    - ``multitask``: what this run does when another run holds its thread (``"enqueue"``, ``"reject"`` or
+      ``"interrupt"``, see ``MultitaskPolicy``); ``None`` takes the graph's policy (``compile(multitask=...)``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -27,6 +33,7 @@ class RunnableConfig(BaseModel):
     checkpoint_id: str | None = None
     scheduler: abc.SchedulerBase | None = None
     recursion_limit: int = Field(default=25, ge=1)
+    multitask: MultitaskPolicy | None = None
 
     @field_validator("thread_id", "checkpoint_id")
     @classmethod

@@ -63,25 +63,30 @@ class NodeOutput:
 
 
 class StreamingOutput(NodeOutput):
-    """One chunk a node streamed while it runs. ``state`` is the state the node started from."""
+    """One chunk a node streamed while it runs. ``state`` is the state the node started from; ``checkpoint_id`` is
+    always None (a chunk is not checkpointed)."""
 
     __slots__ = ("_chunk",)
     __match_args__ = ("node", "state", "chunk")
 
     _chunk: Any
 
-    def __init__(self, node: str, state: Mapping[str, Any], chunk: Any, *, checkpoint_id: str | None = None) -> None:
+    def __init__(self, node: str, state: Mapping[str, Any], chunk: Any) -> None:
+        # Built once per streamed chunk: three stores and nothing else (no checkpoint id to store).
         self._node = node
         self._state = state
         self._chunk = chunk
-        self._checkpoint_id = checkpoint_id
 
     @property
     def chunk(self) -> Any:
         return self._chunk
 
+    @property
+    def checkpoint_id(self) -> None:
+        return None
+
     def _fields(self) -> tuple[Any, ...]:
-        return (self._node, self._state, self._chunk, self._checkpoint_id)
+        return (self._node, self._state, self._chunk)
 
     def __repr__(self) -> str:
         return f"StreamingOutput(node={self._node!r}, chunk={self._chunk!r})"

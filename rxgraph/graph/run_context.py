@@ -41,7 +41,7 @@ class RunContext:
         "start_head",
         "started",
         "thread_id",
-        "writes",
+        "wrote",
     )
 
     def __init__(self, thread_id: str | None, saver: CheckpointSaver | None, safety: HistorySafety) -> None:
@@ -54,7 +54,7 @@ class RunContext:
         self.base: Checkpoint | None = None  # the checkpoint the run started from
         self.head: Checkpoint | None = None  # the head this run expects (what it read at start, then its own writes)
         self.parent_id: str | None = None  # parent of the next checkpoint this run writes
-        self.writes: list[Checkpoint] = []
+        self.wrote = 0  # how many checkpoints this run wrote (the checkpoints themselves are the saver's to keep)
         self.safety = safety
         self.rolled_back_from: str | None = None  # the unsafe head this run did not start from, if any
         self.started = False  # the base was read (a run that failed before it has nothing to undo)
@@ -110,7 +110,7 @@ class RunContext:
             source=source,
             safe=safe,
             unsafe_reason=unsafe_reason,
-            rolled_back_from=self.rolled_back_from if not self.writes else None,
+            rolled_back_from=self.rolled_back_from if not self.wrote else None,
         )
         with self._lock:
             # Re-check under the lock: the flag may have been raised while the checkpoint was being built, and
@@ -120,7 +120,7 @@ class RunContext:
             saver.put(checkpoint, expected_head=head.id if head is not None else None)
             self.head = checkpoint
             self.parent_id = checkpoint.id
-            self.writes.append(checkpoint)
+            self.wrote += 1
         return checkpoint
 
     def close(self) -> None:
@@ -141,7 +141,7 @@ class RunContext:
             if saver is None or not self.started:
                 return None
             target, start = self.rewind_to, self.start_head
-            if not self.writes and (target.id if target else None) == (start.id if start else None):
+            if not self.wrote and (target.id if target else None) == (start.id if start else None):
                 return None  # the run wrote nothing and the head already is the pre-turn state
             head = self.head
             checkpoint = Checkpoint._trusted(

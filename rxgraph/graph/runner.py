@@ -1,18 +1,42 @@
-"""The per-subscription run: reads its base, merges the input, then runs node after node.
+"""The per-subscription run: waits for its thread, reads its base, merges the input, then runs node after node.
 
-One step is "call the node's action, forward its chunks, then run the tail" — the tail being the merge of the
-node's update, the checkpoint write, the ``NodeOutput`` and the routing. This module keeps exactly the semantics of
-``action(...).map(StreamingOutput) ++ defer(tail)`` — the tail runs only after the chunk stream completed, and only
-while the run is still subscribed — with one small purpose-built observer per step instead of a chain of generic
-operators (each of which would cost a subscription and a hop per chunk).
+Life of a run::
 
-Steps are driven by a loop, not by recursion: a node that completes synchronously hands back to the loop, and a node
-that completes later (a timer, another thread) restarts the loop from its completion. A graph looping ten thousand
-times uses a constant amount of stack.
+    subscribe   claim the thread's slot (or wait in line, per ``multitask``); schedule the start on the run's
+                scheduler or on this thread's trampoline, and return: nothing has run and nothing was read yet
+    start       read the base (now), merge the input, write the input checkpoint, route from START
+    drive       node after node, in a loop: call the action; an update goes straight to the tail; an Observable is
+                subscribed, its chunks forwarded, and its completion runs the tail
+    tail        merge the update, write the checkpoint (guarded), emit the NodeOutput, route to the next node
+    end         exactly one of: completed, failed, cancelled (disposed), subscriber failed (its on_next raised),
+                interrupted (a newer run took the thread). The end cleans up first — the rewind, where the policy
+                says — then frees the thread's slot, then tells the subscriber (a cancelled run tells no one)
+
+Cancellation points — where a run notices it was cancelled:
+
+- before every step: the drive loop checks the run's ``disposed`` flag, so an operator that stops early (``take``,
+  ``first``, ``take_while``, ``take_until``, a dispose from ``on_next``) stops the run at the next step boundary;
+- every chunk: once cancelled, a step drops what its stream still emits, and the stream is disposed;
+- at the tail: before the merge, and again under the run's write lock right before the checkpoint write
+  (``RunContext.commit``), so no write lands once the rewind has begun;
+- after the write, right before the ``NodeOutput`` is emitted.
+
+A step is "call the node's action, forward its chunks, then run the tail". This module keeps exactly the semantics
+of ``defer(action).map(StreamingOutput) ++ defer(tail)`` started on the trampoline — the tail runs only after the
+chunk stream completed, and only while the run is still subscribed — with one small purpose-built observer per
+step instead of a chain of generic operators. ``tests/graph/test_differential.py`` holds a reference runner built
+from those operators and checks this one against it on generated graphs and cancellations.
+
+Steps are driven by a loop, not by recursion: a node that completes synchronously hands back to the loop, and a
+node that completes later (a timer, another thread) restarts the loop from its completion — inside that thread's
+trampoline, or on the run's scheduler when the completion came from a thread the run was not driven on. A graph
+looping ten thousand times uses a constant amount of stack.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -20,21 +44,25 @@ from typing import TYPE_CHECKING, Any
 
 from reactivex import abc
 from reactivex.disposable import Disposable, SerialDisposable
+from reactivex.scheduler import CurrentThreadScheduler
 
-from ..errors import GraphRecursionError
-from ..rx._forward import subscribe_forwarding
+from ..errors import CheckpointConflictError, GraphRecursionError, RunInterruptedError, ThreadBusyError
+from ..rx._subscribe import subscribe_source
 from .constants import END, START
 from .node import NodeSpec
 from .outputs import NodeOutput, StreamingOutput
 from .run_context import RunContext
+from .slots import RunSlots, slots_for
 
 if TYPE_CHECKING:
     from .compiled import CompiledGraph
-    from .config import RunnableConfig
+    from .config import MultitaskPolicy, RunnableConfig
 
 __all__ = ["Run"]
 
-# Phases of one streaming step, to hand its completion to whoever must run the tail (see Run._step_completed).
+_log = logging.getLogger("rxgraph")
+
+# Phases of one streaming step, to hand its completion to whoever must run the tail (see Run.step_completed).
 _SUBSCRIBING, _COMPLETED_WHILE_SUBSCRIBING, _WAITING = 0, 1, 2
 
 
@@ -42,11 +70,23 @@ class _Step:
     """Observes one node's chunk stream: forwards each chunk, keeps them for the tail.
 
     It is subscribed without reactivex's auto-detaching wrapper (one call less per chunk), so it keeps the same
-    promise itself: nothing after a terminal event. Chunks it forwards go to the run's subscriber, whose own wrapper
-    drops them once the subscription is disposed; the tail checks the run's flags.
+    promise itself: nothing after a terminal event, nothing after the run was cancelled.
     """
 
-    __slots__ = ("_emit", "_keep", "_name", "chunks", "lock", "node", "phase", "run", "state_view", "stopped")
+    __slots__ = (
+        "_emit",
+        "_keep",
+        "_name",
+        "busy",
+        "chunks",
+        "lock",
+        "node",
+        "pending",
+        "phase",
+        "run",
+        "state_view",
+        "stopped",
+    )
 
     def __init__(self, run: Run, node: NodeSpec, state_view: Mapping[str, Any]) -> None:
         self.run = run
@@ -60,11 +100,23 @@ class _Step:
         self._emit = run.observer.on_next
         self._name = node.name
         self.stopped = False
+        self.busy = False  # a chunk is being handed to the subscriber right now (see Run.interrupt)
+        self.pending = False  # an interrupt left its error for this emitter to deliver
 
     def on_next(self, value: Any) -> None:
+        # `busy` is set before `stopped` is read and cleared before `pending` is read: see Run.interrupt.
+        self.busy = True
         if not self.stopped:
             self._keep(value)
-            self._emit(StreamingOutput(self._name, self.state_view, value))
+            try:
+                self._emit(StreamingOutput(self._name, self.state_view, value))
+            except Exception as error:
+                self.busy = False
+                self.run.subscriber_failed(error)
+                return
+        self.busy = False
+        if self.pending:
+            self.run.deliver_pending()
 
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
@@ -80,6 +132,31 @@ class _Step:
 class Run:
     """One run of a compiled graph for one subscriber. Created when the stream is subscribed."""
 
+    __slots__ = (
+        "_driver",
+        "_end_lock",
+        "_ended",
+        "_policy",
+        "_slots",
+        "config",
+        "ctx",
+        "current",
+        "disposed",
+        "emitting",
+        "ending",
+        "ending_thread",
+        "graph",
+        "input",
+        "next_node",
+        "observer",
+        "on_final_state",
+        "pending",
+        "scheduler",
+        "state",
+        "step",
+        "steps",
+    )
+
     def __init__(
         self,
         graph: CompiledGraph,
@@ -88,6 +165,7 @@ class Run:
         config: RunnableConfig,
         scheduler: abc.SchedulerBase | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
+        multitask: MultitaskPolicy = "enqueue",
     ) -> None:
         self.graph = graph
         self.ctx = ctx
@@ -96,42 +174,72 @@ class Run:
         self.scheduler = scheduler
         self.on_final_state = on_final_state
         self.observer: abc.ObserverBase[NodeOutput] = _NO_OBSERVER
-        self.disposed = False
+        self.disposed = False  # no step may start any more: cancelled, or the run ended
         self.state: dict[str, Any] = {}
         self.next_node: str = END
         self.steps = 0
-        self.current = SerialDisposable()
+        self.step: _Step | None = None
+        self.current = SerialDisposable()  # the running step's stream
+        self._end_lock = threading.Lock()
+        self._ended = False  # the one way this run ended has been claimed
+        self.ending = False  # ended abnormally and cleaning up (rewinding); readers of the thread wait for it
+        self.ending_thread: int | None = None
+        self.emitting = False  # an output is being handed to the subscriber right now
+        self.pending: Exception | None = None  # a terminal error another thread could not deliver (interrupt)
+        self._driver: int | None = None  # the thread the drive loop last ran on
+        self._policy = multitask
+        saver = ctx.saver
+        self._slots: RunSlots | None = slots_for(saver) if saver is not None and ctx.thread_id is not None else None
 
-    # -- lifecycle ---------------------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    # -- subscription and the thread's slot --------------------------------------------------------------------
 
     def subscribe(self, observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None = None) -> Disposable:
         self.observer = observer
+        slots = self._slots
+        if slots is None:
+            self._schedule(self._start)
+            return Disposable(self._dispose)
+        thread_id = self.ctx.thread_id
+        assert thread_id is not None
+        try:
+            claim = slots.claim(thread_id, self, self._policy)
+        except ThreadBusyError as busy:
+            self._schedule(functools.partial(self.fail, busy))  # the name `busy` is gone after the except block
+            return Disposable(self._dispose)
+        if claim.outcome == "granted":
+            self._schedule(self._start)
+        elif claim.outcome == "interrupt":
+            assert claim.holder is not None
+            claim.holder.interrupt(self.run_id)  # it ends, frees the slot, and that grants it to this run
+        return Disposable(self._dispose)
+
+    def granted(self) -> None:
+        """The thread's slot passed to this waiting run: start it (on the thread that freed the slot)."""
+        self._schedule(self._start)
+
+    def _schedule(self, action: Callable[[], None]) -> None:
+        # Like reactivex's sources: start on the run's scheduler, or on the current thread's trampoline — which
+        # queues the action when a trampoline is already running here (always the case inside Observable.subscribe),
+        # so the subscriber holds its subscription before anything is emitted. A scheduled action that runs after
+        # the run was disposed does nothing.
+        scheduler = self.scheduler or CurrentThreadScheduler.singleton()
+        scheduler.schedule(lambda *_: None if self.disposed else action())
+
+    def _start(self) -> None:
+        self._driver = threading.get_ident()
         try:
             self._begin()
         except Exception as error:
             self.fail(error)
-            return Disposable(self._dispose)
+            return
         self._drive()
-        return Disposable(self._dispose)
-
-    def _dispose(self) -> None:
-        self.disposed = True
-        self.current.dispose()
-
-    def fail(self, error: Exception) -> None:
-        if not self.disposed:
-            self.disposed = True
-            self.observer.on_error(error)
-
-    def _finish(self) -> None:
-        if not self.disposed:
-            self.disposed = True
-            if self.on_final_state is not None:
-                self.on_final_state(MappingProxyType(self.state))
-            self.observer.on_completed()
 
     def _begin(self) -> None:
-        """Read the base (now, at subscribe time), merge the input, write the input checkpoint, route from START."""
+        """Read the base (now, at start time), merge the input, write the input checkpoint, route from START."""
         graph, ctx = self.graph, self.ctx
         base = graph._load_base(ctx, self.config, self.input is not None)
         state: dict[str, Any] = dict(base.values) if base is not None else {}
@@ -158,7 +266,7 @@ class Run:
         while not self.disposed:
             name = self.next_node
             if name == END:
-                self._finish()
+                self._complete()
                 return
             if self.steps >= self.config.recursion_limit:
                 self.fail(
@@ -190,9 +298,11 @@ class Run:
                     )
                 )
                 return
-            step = _Step(self, node, state_view)
+            step = self.step = _Step(self, node, state_view)
+            if self.disposed:
+                return  # cancelled while the action ran; cancel() may have missed this step, so do not start it
             # An error while subscribing reaches step.on_error (so the run fails) and the loop stops below.
-            self.current.disposable = subscribe_forwarding(
+            self.current.disposable = subscribe_source(
                 result, step.on_next, step.on_error, step.on_completed, self.scheduler
             )
             with step.lock:
@@ -210,7 +320,26 @@ class Run:
                 step.phase = _COMPLETED_WHILE_SUBSCRIBING
                 return
         if self._tail_of_stream(step):
+            self._continue()
+
+    def _continue(self) -> None:
+        """Drive on after a step that completed asynchronously."""
+        scheduler = self.scheduler
+        if scheduler is not None and threading.get_ident() != self._driver:
+            # Completed on a thread the run does not run on (a pool, an I/O thread): back to the run's scheduler.
+            scheduler.schedule(lambda *_: None if self.disposed else self._drive_here())
+            return
+        trampoline = CurrentThreadScheduler.singleton()
+        if trampoline.schedule_required():
+            # No trampoline on this thread (a pool thread, a timer): run the next steps inside one, so that a
+            # synchronous source of the next node queues its work and can be stopped by an early dispose.
+            trampoline.schedule(lambda *_: None if self.disposed else self._drive_here())
+        else:
             self._drive()
+
+    def _drive_here(self) -> None:
+        self._driver = threading.get_ident()
+        self._drive()
 
     def _tail_of_stream(self, step: _Step) -> bool:
         if self.disposed:  # the tail is subscribed only while the run is
@@ -238,14 +367,168 @@ class Run:
         except Exception as error:
             self.fail(error)
             return False
-        if ctx.cancelled or (checkpoint is None and ctx.saver is not None):
-            return False
+        if checkpoint is None and ctx.saver is not None:
+            return False  # cancelled under the write lock
         self.state = state
         self.next_node = next_node
-        self.observer.on_next(
+        return self._emit(
             NodeOutput(node.name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
         )
+
+    def _emit(self, output: NodeOutput) -> bool:
+        """Hand an output to the subscriber unless the run was cancelled; False when the run must stop."""
+        self.emitting = True  # before the flags are read: see interrupt()
+        if self.ctx.cancelled:
+            self._emitted()
+            return False
+        try:
+            self.observer.on_next(output)
+        except Exception as error:
+            self.emitting = False
+            self.subscriber_failed(error)
+            return False
+        self._emitted()
         return True
+
+    def _emitted(self) -> None:
+        self.emitting = False
+        if self.pending is not None:
+            self.deliver_pending()
+
+    # -- the end -----------------------------------------------------------------------------------------------
+
+    def _claim_end(self) -> bool:
+        with self._end_lock:
+            if self._ended:
+                return False
+            self._ended = True
+            return True
+
+    def _complete(self) -> None:
+        self.disposed = True
+        if not self._claim_end():
+            return
+        self._release()
+        if self.on_final_state is not None:
+            self.on_final_state(MappingProxyType(self.state))
+        self.observer.on_completed()
+
+    def fail(self, error: Exception) -> None:
+        """A node, the tail or the base read failed: end the run with ``error``."""
+        self.disposed = True
+        if not self._claim_end():
+            return
+        self._release()
+        self.observer.on_error(error)
+
+    def cancel(self) -> None:
+        """The subscriber is going away (wired with ``do_on_cancel``, before the upstream is disposed): from now
+        on no step starts, no chunk is forwarded and no write lands."""
+        self.ctx.mark_cancelled()
+        self.disposed = True
+        step = self.step
+        if step is not None:
+            step.stopped = True
+
+    def _dispose(self) -> None:
+        self.disposed = True
+        self.current.dispose()
+
+    def cancelled(self) -> None:
+        """After the upstream dispose returned (wired with ``do_finally``): undo the turn, free the thread."""
+        if self._claim_end():
+            self._end_abnormally()
+
+    def subscriber_failed(self, error: Exception) -> None:
+        """The subscriber's ``on_next`` raised: the output did not get through, so the run stops as if cancelled
+        (rewound under ``on_cancel="rewind"``), and the error goes to the subscriber's ``on_error``."""
+        self.cancel()
+        self.current.dispose()
+        if self._claim_end():
+            self._end_abnormally()
+            self.observer.on_error(error)
+        elif self.pending is not None:
+            self.deliver_pending()
+
+    def interrupt(self, by_run: str) -> None:
+        """A newer run on this thread asked for it with ``multitask="interrupt"`` (called on that run's thread).
+
+        The run is cancelled and rewound like a disposed one, then its subscriber gets ``RunInterruptedError``. The
+        error must not overlap an output being handed over on another thread right now — without a lock per chunk:
+        an emitter sets its ``busy``/``emitting`` flag *before* it reads the cancelled flags, and reads ``pending``
+        *after* it clears the flag; here the cancelled flags and ``pending`` are set *before* the emitters' flags
+        are read. So either this thread sees no emission in flight and delivers the error, or the emitter sees
+        ``pending`` once it is done and delivers it; ``deliver_pending`` lets only one of them do it.
+        """
+        self.cancel()
+        self.current.dispose()
+        if not self._claim_end():
+            return  # it is ending anyway; the newer run waits in line for its slot
+        self._end_abnormally()
+        thread_id = self.ctx.thread_id or ""
+        self.pending = RunInterruptedError(
+            f"run {self.run_id} on thread {thread_id!r} was interrupted by run {by_run} (multitask='interrupt'); "
+            "its turn was rewound",
+            thread_id=thread_id,
+            run_id=self.run_id,
+            by_run_id=by_run,
+        )
+        step = self.step
+        if step is not None:
+            step.pending = True
+        if not self.emitting and (step is None or not step.busy):
+            self.deliver_pending()
+
+    def deliver_pending(self) -> None:
+        with self._end_lock:
+            error, self.pending = self.pending, None
+        if error is None:
+            return
+        try:
+            self.observer.on_error(error)
+        except Exception:
+            _log.exception("the subscriber of run %s failed handling %s", self.run_id, type(error).__name__)
+
+    def _end_abnormally(self) -> None:
+        self.ending_thread = threading.get_ident()
+        self.ending = True
+        try:
+            self._undo()
+        finally:
+            self._release()
+
+    def _undo(self) -> None:
+        """Put the thread back as the cancel policy says; runs after the whole upstream was torn down."""
+        ctx = self.ctx
+        if self.graph.on_cancel == "keep":
+            ctx.close()
+            return
+        try:
+            rewound = ctx.rewind()
+        except CheckpointConflictError as conflict:
+            _log.info(
+                "thread %r: run %s was cancelled, but another writer moved the head to %s since; the rewind "
+                "leaves that newer head alone",
+                ctx.thread_id,
+                ctx.run_id,
+                conflict.actual_head,
+            )
+        except Exception:
+            # Never mask the cancellation: the next turn's safe-head selection still protects the history.
+            _log.exception(
+                "thread %r: run %s was cancelled and rewinding the thread to its pre-turn state failed",
+                ctx.thread_id,
+                ctx.run_id,
+            )
+        else:
+            if rewound is not None:
+                _log.debug("thread %r: cancelled run %s rewound to %s", ctx.thread_id, ctx.run_id, rewound.parent_id)
+
+    def _release(self) -> None:
+        if self._slots is not None:
+            thread_id = self.ctx.thread_id
+            assert thread_id is not None
+            self._slots.release(thread_id, self)
 
 
 class _NoObserver(abc.ObserverBase[Any]):

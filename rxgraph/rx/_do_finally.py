@@ -10,8 +10,8 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
-from ._forward import subscribe_forwarding
 from ._signal import SignalType
+from ._subscribe import subscribe_source
 
 __all__ = ["do_finally"]
 
@@ -25,10 +25,13 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
     - ``SignalType.ON_COMPLETE`` / ``ON_ERROR``: after the terminal event has been passed to the subscriber.
     - ``SignalType.CANCEL``: when the subscriber disposed before a terminal event (a plain ``dispose()``, or an
       operator downstream such as ``take``, ``take_until`` or ``timeout`` doing it), *after* the upstream dispose has
-      returned. Put this operator last in a ``pipe`` so that "upstream" is the whole pipeline: the callback then runs
-      when nothing upstream is still being torn down, which makes it the last word on any shared state.
+      returned — or raised: the callback runs either way. Put this operator last in a ``pipe`` so that "upstream" is
+      the whole pipeline: the callback then runs when nothing upstream is still being torn down, which makes it the
+      last word on any shared state.
 
-    An exception from the callback is logged and never replaces the signal the subscriber already got.
+    A ``dispose()`` of this subscription returns only once the callback has run, also when another thread got there
+    first and is still running it (a dispose from inside the callback, on its own thread, returns at once). An
+    exception from the callback is logged and never replaces the signal the subscriber already got.
     """
 
     def _operator(source: Observable[_T]) -> Observable[_T]:
@@ -37,14 +40,16 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
         ) -> abc.DisposableBase:
             lock = threading.Lock()
             signal: SignalType | None = None  # the first way the subscription ended; decides the callback's signal
+            finisher: int | None = None  # the thread that runs the callback
+            finished = threading.Event()
             upstream = SingleAssignmentDisposable()
 
             def _claim(candidate: SignalType) -> bool:
-                nonlocal signal
+                nonlocal signal, finisher
                 with lock:
                     if signal is not None:
                         return False
-                    signal = candidate
+                    signal, finisher = candidate, threading.get_ident()
                     return True
 
             def _call(candidate: SignalType) -> None:
@@ -52,6 +57,8 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
                     on_finally(candidate)
                 except Exception:
                     _log.exception("do_finally callback %r failed on %s", on_finally, candidate.name)
+                finally:
+                    finished.set()
 
             def _on_error(error: Exception) -> None:
                 if _claim(SignalType.ON_ERROR):
@@ -68,12 +75,19 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
                         _call(SignalType.ON_COMPLETE)
 
             def _dispose() -> None:
-                cancel = _claim(SignalType.CANCEL)
+                if _claim(SignalType.CANCEL):
+                    try:
+                        upstream.dispose()
+                    finally:
+                        _call(SignalType.CANCEL)
+                    return
                 upstream.dispose()
-                if cancel:
-                    _call(SignalType.CANCEL)
+                # Someone else ended it: wait until its callback ran, unless that someone is this very thread
+                # (a dispose from inside the terminal event or the callback), which would wait for itself.
+                if finisher != threading.get_ident():
+                    finished.wait()
 
-            upstream.disposable = subscribe_forwarding(source, observer.on_next, _on_error, _on_completed, scheduler)
+            upstream.disposable = subscribe_source(source, observer.on_next, _on_error, _on_completed, scheduler)
             return Disposable(_dispose)
 
         return Observable(_subscribe)

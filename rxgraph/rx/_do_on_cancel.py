@@ -10,7 +10,7 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
-from ._forward import subscribe_forwarding
+from ._subscribe import subscribe_source
 
 __all__ = ["do_on_cancel"]
 
@@ -58,7 +58,7 @@ def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Ob
                 finally:
                     upstream.dispose()
 
-            upstream.disposable = subscribe_forwarding(source, observer.on_next, _on_error, _on_completed, scheduler)
+            upstream.disposable = subscribe_source(source, observer.on_next, _on_error, _on_completed, scheduler)
             return Disposable(_dispose)
 
         return Observable(_subscribe)

@@ -198,7 +198,7 @@ class _Run:
             return []
         if record.cancelled:
             before = dict(record.pre_turn.values) if record.pre_turn is not None else {}
-            if head is None or dict(head.values) != before:
+            if (head is None and record.pre_turn is not None) or dict(head.values if head else {}) != before:
                 return [
                     (
                         "the head is neither the pre-turn state nor a completed turn",

@@ -59,7 +59,10 @@ def test_cancel_mid_turn_leaves_the_head_at_the_pre_turn_state(tick: float, phas
     pre_turn_seq = saver.get("t1").seq if not first_turn else 0  # type: ignore[union-attr]
     start = scheduler.clock
     subscription = agent.stream("What's the weather in Paris?", config).subscribe()
-    scheduler.schedule_absolute(start + tick, lambda *_: subscription.dispose())  # after the events of that tick
+    # After the events of that tick: the run's own events at that tick are queued before this nested action.
+    scheduler.schedule_absolute(
+        start + tick, lambda *_: scheduler.schedule_absolute(start + tick, lambda *_: subscription.dispose())
+    )
     scheduler.advance_to(start + 30.0)
     written = [c.node for c in reversed(saver.list("t1")) if c.seq > pre_turn_seq]
     assert written[-1] is None  # the rewind came last

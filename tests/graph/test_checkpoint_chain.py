@@ -12,6 +12,7 @@ from reactivex.testing import TestScheduler
 from rxgraph import (
     END,
     START,
+    Checkpoint,
     CheckpointConflictError,
     CheckpointNotFoundError,
     KeyStrategy,
@@ -100,6 +101,7 @@ def test_resuming_without_input_continues_from_next() -> None:
 
 
 def test_a_run_whose_head_moved_fails_with_a_conflict() -> None:
+    # Another process sharing the saver moves the head while this run waits: its next write must not win.
     scheduler = TestScheduler()
     saver = MemorySaver()
     app = (
@@ -111,14 +113,38 @@ def test_a_run_whose_head_moved_fails_with_a_conflict() -> None:
     )
     config = RunnableConfig(thread_id="t", scheduler=scheduler)
     errors: list[Exception] = []
-    completed: list[str] = []
     app.stream({"who": "first"}, config).subscribe(on_error=errors.append)
-    app.stream({"who": "second"}, config).subscribe(on_completed=lambda: completed.append("second"))
+    scheduler.advance_by(1.0)
+    head = saver.get("t")
+    assert head is not None
+    moved = Checkpoint(
+        id="elsewhere", thread_id="t", seq=head.seq + 1, parent_id=head.id, values={"who": "other"},
+        run_id="other-run", source="input",
+    )  # fmt: skip
+    saver.put(moved, expected_head=head.id)
     scheduler.start()
-    assert completed == ["second"]
     assert len(errors) == 1 and isinstance(errors[0], CheckpointConflictError)
-    assert errors[0].thread_id == "t"
-    assert app.get_state(RunnableConfig(thread_id="t")).values == {"who": "second", "done": True}
+    assert errors[0].thread_id == "t" and errors[0].actual_head == "elsewhere"
+    assert app.get_state(RunnableConfig(thread_id="t")).values == {"who": "other"}
+
+
+def test_a_second_run_on_a_busy_thread_starts_after_the_first_has_ended() -> None:
+    scheduler = TestScheduler()
+    saver = MemorySaver()
+    app = (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("slow", lambda s: rx.timer(10.0).pipe(rx.operators.map(lambda _: {"log": "slow"})))
+        .add_edge(START, "slow")
+        .add_edge("slow", END)
+        .compile(checkpointer=saver)
+    )
+    config = RunnableConfig(thread_id="t", scheduler=scheduler)
+    completed: list[tuple[str, float]] = []
+    app.stream({"log": "first"}, config).subscribe(on_completed=lambda: completed.append(("first", scheduler.clock)))
+    app.stream({"log": "second"}, config).subscribe(on_completed=lambda: completed.append(("second", scheduler.clock)))
+    scheduler.start()
+    assert completed == [("first", 10.0), ("second", 20.0)]
+    assert app.get_state(RunnableConfig(thread_id="t")).values == {"log": ["first", "slow", "second", "slow"]}
 
 
 def test_a_checkpointer_needs_a_thread_id() -> None:

@@ -100,18 +100,28 @@ def test_on_cancel_keep_leaves_what_the_run_wrote() -> None:
 
 
 def test_the_rewind_does_not_clobber_a_newer_writer() -> None:
+    # Runs of one process never overlap on a thread (its slot); the writer that moves the head meanwhile is another
+    # process, here a checkpoint put straight into the shared saver, as that process's run would.
     scheduler, saver = TestScheduler(), MemorySaver()
     app = _graph(saver)
     config = RunnableConfig(thread_id="t", scheduler=scheduler)
-    first = app.stream({"log": "A"}, config).subscribe()  # writes A's input and "fast", then waits 10 ticks
-    scheduler.advance_by(2.0)
-    second = app.stream({"log": "B"}, config.model_copy(update={"scheduler": TestScheduler()})).subscribe()
-    b_head = saver.get("t")
-    assert b_head is not None and b_head.values["log"][-1] == "fast"
-    first.dispose()  # A's rewind expects A's last write as the head: B moved it, so A leaves it alone
-    assert saver.get("t") == b_head
+    first = app.stream({"log": "A"}, config).subscribe()
+    scheduler.advance_by(2.0)  # A wrote its input and "fast", and waits for "slow"
+    a_head = saver.get("t")
+    assert a_head is not None and a_head.values["log"][-1] == "fast"
+    other = Checkpoint(
+        id="other-process",
+        thread_id="t",
+        seq=a_head.seq + 1,
+        parent_id=a_head.id,
+        values={"log": ["B"]},
+        run_id="other-run",
+        source="input",
+    )
+    saver.put(other, expected_head=a_head.id)
+    first.dispose()  # A's rewind expects A's last write as the head: the other writer moved it, so A leaves it alone
+    assert saver.get("t") == other
     assert all(c.source != "rewind" for c in saver.list("t"))
-    second.dispose()
 
 
 def test_a_cancel_before_anything_was_written_writes_nothing() -> None:
