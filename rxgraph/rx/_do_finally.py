@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable, SingleAssignmentDisposable
+from reactivex.disposable import SingleAssignmentDisposable
 
 from ._signal import SignalType
 from ._subscribe import subscribe_source
@@ -88,8 +88,21 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
                     finished.wait()
 
             upstream.disposable = subscribe_source(source, observer.on_next, _on_error, _on_completed, scheduler)
-            return Disposable(_dispose)
+            return _EveryCall(_dispose)
 
         return Observable(_subscribe)
 
     return _operator
+
+
+class _EveryCall(abc.DisposableBase):
+    """Calls ``dispose`` on every call (reactivex's ``Disposable`` only on the first): a later caller must get to
+    wait for the first one's callback."""
+
+    __slots__ = ("_dispose",)
+
+    def __init__(self, dispose: Callable[[], None]) -> None:
+        self._dispose = dispose
+
+    def dispose(self) -> None:
+        self._dispose()

@@ -50,18 +50,23 @@ class _Forward(abc.ObserverBase[Any]):
 
 
 class _Teardown(abc.DisposableBase):
-    """Disposes what a source returned, once; an exception from it is logged and goes no further."""
+    """Disposes what a source returned; an exception from it is logged and goes no further. A plain callable is
+    called once; a disposable is asked every time (it is its own judge of repeated calls: some make a second
+    caller wait until the first one's cleanup is done)."""
 
-    __slots__ = ("_dispose", "_source")
+    __slots__ = ("_dispose", "_once", "_source")
 
-    def __init__(self, dispose: Callable[[], Any], source: object) -> None:
+    def __init__(self, dispose: Callable[[], Any], source: object, *, once: bool) -> None:
         self._dispose: Callable[[], Any] | None = dispose
+        self._once = once
         self._source = source
 
     def dispose(self) -> None:
-        dispose, self._dispose = self._dispose, None
+        dispose = self._dispose
         if dispose is None:
             return
+        if self._once:
+            self._dispose = None
         try:
             dispose()
         except Exception:
@@ -75,9 +80,9 @@ def as_disposable(subscription: Any, source: object = None) -> abc.DisposableBas
         return Disposable()
     dispose = getattr(subscription, "dispose", None)
     if callable(dispose):
-        return _Teardown(dispose, source)
+        return _Teardown(dispose, source, once=False)
     if callable(subscription):
-        return _Teardown(subscription, source)
+        return _Teardown(subscription, source, once=True)
     raise TypeError(
         f"subscribing to {source!r} returned a {type(subscription).__name__}; a subscribe function returns a "
         "Disposable, a callable or None"

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import reactivex as rx
 from reactivex import operators as ops
 from reactivex.testing import ReactiveTest, TestScheduler
@@ -150,3 +153,46 @@ def test_items_after_a_terminal_event_of_a_misbehaving_source_are_dropped() -> N
     signals: list[SignalType] = []
     rx.Observable(rude).pipe(do_on_cancel(lambda: None), do_finally(signals.append)).subscribe(seen.append)
     assert seen == [1] and signals == [SignalType.ON_COMPLETE]
+
+
+def test_a_second_dispose_on_another_thread_returns_only_after_the_callback_ran() -> None:
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_finally(signal: SignalType) -> None:
+        entered.set()
+        assert release.wait(10)
+        order.append("callback done")
+
+    # Held directly, as an operator downstream holds it (Observable.subscribe would wrap it in a once-only
+    # disposable, which returns at once on the second call before this operator is even asked).
+    disposable = rx.never().pipe(do_finally(slow_finally))._subscribe_core(_Quiet(), None)
+    first = threading.Thread(target=disposable.dispose)
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=lambda: (disposable.dispose(), order.append("second returned")))
+    second.start()
+    release.set()
+    first.join()
+    second.join()
+    assert order == ["callback done", "second returned"]
+
+
+def test_a_dispose_from_inside_the_callback_does_not_wait_for_itself() -> None:
+    holder: list[Any] = []
+    calls: list[SignalType] = []
+
+    def callback(signal: SignalType) -> None:
+        calls.append(signal)
+        holder[0].dispose()  # re-entrant: must return at once
+
+    subscription = rx.never().pipe(do_finally(callback))._subscribe_core(_Quiet(), None)
+    holder.append(subscription)
+    subscription.dispose()
+    assert calls == [SignalType.CANCEL]
+
+
+class _Quiet(rx.abc.ObserverBase[Any]):
+    def on_next(self, value: Any) -> None: ...
+    def on_error(self, error: Exception) -> None: ...
+    def on_completed(self) -> None: ...
