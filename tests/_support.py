@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 import threading
 from typing import Any
 
-from rxgraph import Checkpoint, MemorySaver
+from rxgraph import Checkpoint, CheckpointSaver, MemorySaver
 
 
 class CountingSaver(MemorySaver):
@@ -27,7 +28,60 @@ class CountingSaver(MemorySaver):
         return super().list(thread_id, limit=limit, before_seq=before_seq)
 
 
-def nodes_written(saver: MemorySaver, thread_id: str) -> list[Any]:
+class DelegatingSaver(CheckpointSaver):
+    """Forwards every call to a real saver (``inner``, of any kind); subclasses override only what a test observes
+    or breaks."""
+
+    def __init__(self, inner: CheckpointSaver) -> None:
+        self.inner = inner
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        return self.inner.get(thread_id, checkpoint_id)
+
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        return self.inner.list(thread_id, limit=limit, before_seq=before_seq)
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        return self.inner.put(checkpoint, expected_head=expected_head)
+
+    def threads(self) -> builtins.list[str]:
+        return self.inner.threads()
+
+    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
+        return self.inner.latest_safe(thread_id, before_seq=before_seq)
+
+
+class ReadCountingSaver(DelegatingSaver):
+    """``CountingSaver`` over any saver: counts each read call made on it (``get``, ``list``, ``latest_safe``; a
+    ``latest_safe`` counts as one read, however the inner saver answers it)."""
+
+    def __init__(self, inner: CheckpointSaver) -> None:
+        super().__init__(inner)
+        self.reads = 0
+        self._count_lock = threading.Lock()
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self.reads += 1
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        self._count()
+        return super().get(thread_id, checkpoint_id)
+
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        self._count()
+        return super().list(thread_id, limit=limit, before_seq=before_seq)
+
+    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
+        self._count()
+        return super().latest_safe(thread_id, before_seq=before_seq)
+
+
+def nodes_written(saver: CheckpointSaver, thread_id: str) -> list[Any]:
     """The node of every checkpoint of the thread, oldest first."""
     return [c.node for c in reversed(saver.list(thread_id))]
 
@@ -39,7 +93,7 @@ class ScriptedChat:
     callable ``(scheduler) -> Observable`` for replies that take virtual time.
     """
 
-    def __init__(self, script: list[Any], saver: MemorySaver, **compile_kwargs: Any) -> None:
+    def __init__(self, script: list[Any], saver: CheckpointSaver, **compile_kwargs: Any) -> None:
         from rxgraph import END, START, KeyStrategy, StateGraph
         from rxgraph.messages import AssistantMessage, ToolMessage
 

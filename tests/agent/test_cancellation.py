@@ -6,24 +6,27 @@ Every test runs in virtual time; see tests/_weather_turn.py for the turn's timel
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import reactivex as rx
-from _support import CountingSaver
+from _support import ReadCountingSaver
 from _weather_turn import ANSWER, TOOL_CALL, get_weather, weather_agent
 from reactivex import operators as ops
 from reactivex.testing import ReactiveTest, TestScheduler
 
-from rxgraph import MemorySaver, NodeOutput, RunnableConfig, StreamingOutput
+from rxgraph import CheckpointSaver, NodeOutput, RunnableConfig, StreamingOutput
 from rxgraph.agent import ReactAgent, tool
 from rxgraph.messages import UserMessage, check_ready_for_user_input, check_request
 from rxgraph.testing import ScriptedChatModel, finish, text, tool_call
 
 
-def _setup(first_turn: bool = False) -> tuple[Any, Any, TestScheduler, MemorySaver, RunnableConfig]:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def _setup(
+    saver_factory: Callable[[], CheckpointSaver], first_turn: bool = False
+) -> tuple[Any, Any, TestScheduler, CheckpointSaver, RunnableConfig]:
+    scheduler, saver = TestScheduler(), saver_factory()
     agent, model = weather_agent(saver, first_turn=first_turn)
     config = RunnableConfig(thread_id="t1", scheduler=scheduler)
     if not first_turn:
@@ -31,7 +34,7 @@ def _setup(first_turn: bool = False) -> tuple[Any, Any, TestScheduler, MemorySav
     return agent, model, scheduler, saver, config
 
 
-def _assert_rewound_and_next_turn_valid(agent: Any, model: Any, saver: MemorySaver, pre_turn: Any) -> None:
+def _assert_rewound_and_next_turn_valid(agent: Any, model: Any, saver: CheckpointSaver, pre_turn: Any) -> None:
     head = saver.get("t1")
     assert head is not None and head.source == "rewind"
     assert head.values == pre_turn
@@ -53,8 +56,10 @@ def _assert_rewound_and_next_turn_valid(agent: Any, model: Any, saver: MemorySav
     ],
 )
 @pytest.mark.parametrize("first_turn", [False, True], ids=["second-turn", "first-ever-turn"])
-def test_cancel_mid_turn_leaves_the_head_at_the_pre_turn_state(tick: float, phase: str, first_turn: bool) -> None:
-    agent, model, scheduler, saver, config = _setup(first_turn)
+def test_cancel_mid_turn_leaves_the_head_at_the_pre_turn_state(
+    tick: float, phase: str, first_turn: bool, saver_factory: Callable[[], CheckpointSaver]
+) -> None:
+    agent, model, scheduler, saver, config = _setup(saver_factory, first_turn)
     pre_turn = dict(agent.get_state(config).values)
     pre_turn_seq = saver.get("t1").seq if not first_turn else 0  # type: ignore[union-attr]
     start = scheduler.clock
@@ -70,8 +75,10 @@ def test_cancel_mid_turn_leaves_the_head_at_the_pre_turn_state(tick: float, phas
     _assert_rewound_and_next_turn_valid(agent, model, saver, pre_turn)
 
 
-def test_dispose_after_completion_keeps_the_full_four_message_turn() -> None:
-    agent, _, scheduler, saver, config = _setup(first_turn=True)
+def test_dispose_after_completion_keeps_the_full_four_message_turn(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    agent, _, scheduler, saver, config = _setup(saver_factory, first_turn=True)
     subscription = agent.stream("What's the weather in Paris?", config).subscribe()
     scheduler.advance_by(30.0)
     subscription.dispose()
@@ -79,8 +86,10 @@ def test_dispose_after_completion_keeps_the_full_four_message_turn() -> None:
     assert all(c.source != "rewind" for c in saver.list("t1"))
 
 
-def test_a_commit_between_assembly_and_subscription_survives_a_later_cancel() -> None:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def test_a_commit_between_assembly_and_subscription_survives_a_later_cancel(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    scheduler, saver = TestScheduler(), saver_factory()
     model = ScriptedChatModel([[text("first answer")], TOOL_CALL, ANSWER])
     agent = ReactAgent(model, tools=[get_weather], checkpointer=saver)
     config = RunnableConfig(thread_id="t1", scheduler=scheduler)
@@ -95,8 +104,10 @@ def test_a_commit_between_assembly_and_subscription_survives_a_later_cancel() ->
     assert head.values == committed  # not the (empty) state at assembly
 
 
-def test_resubscribing_the_same_cold_observable_reads_a_fresh_base_each_time() -> None:
-    saver = CountingSaver()
+def test_resubscribing_the_same_cold_observable_reads_a_fresh_base_each_time(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    saver = ReadCountingSaver(saver_factory())
     model = ScriptedChatModel([[text("one")], [text("two")]])
     agent = ReactAgent(model, checkpointer=saver)
     turn = agent.stream("same question", RunnableConfig(thread_id="t1"))
@@ -106,8 +117,10 @@ def test_resubscribing_the_same_cold_observable_reads_a_fresh_base_each_time() -
     assert [m.content for m in model.requests[1].messages] == ["same question", "one", "same question"]
 
 
-def test_timeout_after_the_streaming_model_node_starts_then_the_next_turn_is_valid() -> None:
-    agent, model, scheduler, saver, config = _setup()
+def test_timeout_after_the_streaming_model_node_starts_then_the_next_turn_is_valid(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    agent, model, scheduler, saver, config = _setup(saver_factory)
     pre_turn = dict(agent.get_state(config).values)
     errors: list[Exception] = []
     agent.stream("What's the weather in Paris?", config).pipe(ops.timeout(2.0, scheduler=scheduler)).subscribe(
@@ -118,8 +131,10 @@ def test_timeout_after_the_streaming_model_node_starts_then_the_next_turn_is_val
     _assert_rewound_and_next_turn_valid(agent, model, saver, pre_turn)
 
 
-def test_take_until_a_hot_trigger_at_the_tool_node_then_the_next_turn_is_valid() -> None:
-    agent, model, scheduler, saver, config = _setup()
+def test_take_until_a_hot_trigger_at_the_tool_node_then_the_next_turn_is_valid(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    agent, model, scheduler, saver, config = _setup(saver_factory)
     pre_turn = dict(agent.get_state(config).values)
     start = scheduler.clock
     trigger = scheduler.create_hot_observable(ReactiveTest.on_next(start + 5.0, "user pressed stop"))
@@ -130,8 +145,10 @@ def test_take_until_a_hot_trigger_at_the_tool_node_then_the_next_turn_is_valid()
     _assert_rewound_and_next_turn_valid(agent, model, saver, pre_turn)
 
 
-def test_a_tool_finishing_on_another_thread_after_dispose_cannot_write_after_the_rewind() -> None:
-    saver = MemorySaver()
+def test_a_tool_finishing_on_another_thread_after_dispose_cannot_write_after_the_rewind(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    saver = saver_factory()
     pool = ThreadPoolExecutor(max_workers=1)
     started, release = threading.Event(), threading.Event()
 

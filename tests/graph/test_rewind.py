@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import reactivex as rx
+from _support import DelegatingSaver
 from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
-from rxgraph import END, START, Checkpoint, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, Checkpoint, CheckpointSaver, KeyStrategy, RunnableConfig, StateGraph
 
 
-def _graph(saver: MemorySaver, delay: float = 10.0, **compile_kwargs: Any) -> Any:
+def _graph(saver: CheckpointSaver, delay: float = 10.0, **compile_kwargs: Any) -> Any:
     def slow(state: Any) -> rx.Observable[dict[str, Any]]:
         return rx.timer(delay).pipe(ops.map(lambda _: {"log": "slow"}))
 
@@ -34,8 +36,10 @@ def _cancel_at(app: Any, config: RunnableConfig, scheduler: TestScheduler, tick:
     scheduler.advance_by(tick + 100)
 
 
-def test_cancel_mid_turn_writes_a_new_head_equal_to_the_pre_turn_state() -> None:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def test_cancel_mid_turn_writes_a_new_head_equal_to_the_pre_turn_state(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    scheduler, saver = TestScheduler(), saver_factory()
     app = _graph(saver)
     config = RunnableConfig(thread_id="t", scheduler=scheduler)
     app.invoke({"log": "turn1"}, config)
@@ -51,8 +55,8 @@ def test_cancel_mid_turn_writes_a_new_head_equal_to_the_pre_turn_state() -> None
     assert [c.node for c in reversed(cancelled)] == ["__start__", "fast", None]
 
 
-def test_a_cancelled_first_ever_turn_rewinds_to_an_empty_state() -> None:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def test_a_cancelled_first_ever_turn_rewinds_to_an_empty_state(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    scheduler, saver = TestScheduler(), saver_factory()
     app = _graph(saver)
     _cancel_at(app, RunnableConfig(thread_id="t", scheduler=scheduler), scheduler, 5.0, "first")
     head = saver.get("t")
@@ -62,8 +66,8 @@ def test_a_cancelled_first_ever_turn_rewinds_to_an_empty_state() -> None:
     }
 
 
-def test_completion_and_error_do_not_rewind() -> None:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def test_completion_and_error_do_not_rewind(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    scheduler, saver = TestScheduler(), saver_factory()
     config = RunnableConfig(thread_id="t", scheduler=scheduler)
     _graph(saver).invoke({"log": "ok"}, config)
     assert all(c.source != "rewind" for c in saver.list("t"))
@@ -83,26 +87,26 @@ def test_completion_and_error_do_not_rewind() -> None:
     assert saver.get("t") is not None and saver.get("t").node == "__start__"  # type: ignore[union-attr]
 
 
-def test_dispose_after_completion_keeps_the_turn() -> None:
-    saver = MemorySaver()
+def test_dispose_after_completion_keeps_the_turn(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     app = _graph(saver, delay=0.0)
     subscription = app.stream({"log": "x"}, RunnableConfig(thread_id="t")).subscribe()
     subscription.dispose()
     assert app.get_state(RunnableConfig(thread_id="t")).values == {"log": ["x", "fast", "slow"]}
 
 
-def test_on_cancel_keep_leaves_what_the_run_wrote() -> None:
-    scheduler, saver = TestScheduler(), MemorySaver()
+def test_on_cancel_keep_leaves_what_the_run_wrote(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    scheduler, saver = TestScheduler(), saver_factory()
     app = _graph(saver, on_cancel="keep")
     _cancel_at(app, RunnableConfig(thread_id="t", scheduler=scheduler), scheduler, 5.0, "x")
     head = saver.get("t")
     assert head is not None and head.node == "fast"
 
 
-def test_the_rewind_does_not_clobber_a_newer_writer() -> None:
+def test_the_rewind_does_not_clobber_a_newer_writer(saver_factory: Callable[[], CheckpointSaver]) -> None:
     # Runs of one process never overlap on a thread (its slot); the writer that moves the head meanwhile is another
     # process, here a checkpoint put straight into the shared saver, as that process's run would.
-    scheduler, saver = TestScheduler(), MemorySaver()
+    scheduler, saver = TestScheduler(), saver_factory()
     app = _graph(saver)
     config = RunnableConfig(thread_id="t", scheduler=scheduler)
     first = app.stream({"log": "A"}, config).subscribe()
@@ -124,8 +128,8 @@ def test_the_rewind_does_not_clobber_a_newer_writer() -> None:
     assert all(c.source != "rewind" for c in saver.list("t"))
 
 
-def test_a_cancel_before_anything_was_written_writes_nothing() -> None:
-    saver, scheduler = MemorySaver(), TestScheduler()
+def test_a_cancel_before_anything_was_written_writes_nothing(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver, scheduler = saver_factory(), TestScheduler()
     app = _graph(saver)
     app.invoke({"log": "x"}, RunnableConfig(thread_id="t", scheduler=scheduler))
     count = len(saver.list("t"))
@@ -134,7 +138,7 @@ def test_a_cancel_before_anything_was_written_writes_nothing() -> None:
     assert len(saver.list("t")) == count
 
 
-class _FailingRewindSaver(MemorySaver):
+class _FailingRewindSaver(DelegatingSaver):
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
         if checkpoint.source == "rewind":
             raise OSError("disk full")
@@ -142,9 +146,9 @@ class _FailingRewindSaver(MemorySaver):
 
 
 def test_a_failing_rewind_is_logged_with_the_thread_and_never_masks_the_cancel(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, saver_factory: Callable[[], CheckpointSaver]
 ) -> None:
-    scheduler, saver = TestScheduler(), _FailingRewindSaver()
+    scheduler, saver = TestScheduler(), _FailingRewindSaver(saver_factory())
     app = _graph(saver)
     with caplog.at_level(logging.ERROR, logger="rxgraph"):
         _cancel_at(app, RunnableConfig(thread_id="thread-9", scheduler=scheduler), scheduler, 5.0, "x")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import reactivex as rx
-from _support import CountingSaver, ScriptedChat, final_reply, tool_call_reply
+from _support import ReadCountingSaver, ScriptedChat, final_reply, tool_call_reply
 from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
-from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, StateGraph, UnsafeHistoryError
+from rxgraph import END, START, CheckpointSaver, KeyStrategy, RunnableConfig, StateGraph, UnsafeHistoryError
 from rxgraph.messages import AssistantMessage, ToolMessage, UserMessage, check_request
 
 CONFIG = RunnableConfig(thread_id="t1")
@@ -27,8 +28,10 @@ def _half_turn(chat: ScriptedChat) -> None:
         chat.graph.invoke(_user("weather?"), CONFIG)
 
 
-def test_latest_checkpoint_ending_with_a_tool_message_rolls_back_to_the_previous_safe_checkpoint() -> None:
-    saver = MemorySaver()
+def test_latest_checkpoint_ending_with_a_tool_message_rolls_back_to_the_previous_safe_checkpoint(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([final_reply("hi"), tool_call_reply(), RuntimeError("model is down"), final_reply()], saver)
     _half_turn(chat)
     head = saver.get("t1")
@@ -43,8 +46,10 @@ def test_latest_checkpoint_ending_with_a_tool_message_rolls_back_to_the_previous
     assert first.rolled_back_from == head.id
 
 
-def test_an_error_in_the_model_after_the_tool_checkpoint_then_the_next_request_is_valid() -> None:
-    saver = MemorySaver()
+def test_an_error_in_the_model_after_the_tool_checkpoint_then_the_next_request_is_valid(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([final_reply("hi"), tool_call_reply(), RuntimeError("model is down"), final_reply()], saver)
     _half_turn(chat)
     chat.graph.invoke(_user("again"), CONFIG)
@@ -54,11 +59,13 @@ def test_an_error_in_the_model_after_the_tool_checkpoint_then_the_next_request_i
     assert chat.graph.get_state(CONFIG).values["messages"][-1] == final_reply()
 
 
-def test_cancel_right_after_the_tool_checkpoint_then_the_next_request_is_valid() -> None:
+def test_cancel_right_after_the_tool_checkpoint_then_the_next_request_is_valid(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
     # The model's second answer takes 10 ticks; the subscriber leaves at tick 5 of it, after the tools node wrote.
     # on_cancel="keep" switches the rewind off: the selection alone must keep the next request valid.
     scheduler = TestScheduler()
-    saver = MemorySaver()
+    saver = saver_factory()
 
     def slow_final(sched: Any) -> rx.Observable[dict[str, Any]]:
         return rx.timer(10.0, scheduler=sched).pipe(ops.map(lambda _: {"messages": final_reply("late")}))
@@ -76,8 +83,8 @@ def test_cancel_right_after_the_tool_checkpoint_then_the_next_request_is_valid()
     assert [m.role for m in chat.requests[-1]] == ["user", "user"]
 
 
-def test_unsafe_checkpoints_stay_in_the_history() -> None:
-    saver = MemorySaver()
+def test_unsafe_checkpoints_stay_in_the_history(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([final_reply("hi"), tool_call_reply(), RuntimeError("model is down"), final_reply()], saver)
     _half_turn(chat)
     before = [s.checkpoint_id for s in chat.graph.get_state_history(CONFIG)]
@@ -90,16 +97,16 @@ def test_unsafe_checkpoints_stay_in_the_history() -> None:
     assert "ends with a tool message" in (unsafe[0].unsafe_reason or "")
 
 
-def test_safety_is_recorded_when_each_checkpoint_is_written() -> None:
-    saver = MemorySaver()
+def test_safety_is_recorded_when_each_checkpoint_is_written(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([tool_call_reply(), final_reply()], saver)
     chat.graph.invoke(_user("weather?"), CONFIG)
     flags = [(c.node, c.safe) for c in reversed(saver.list("t1"))]
     assert flags == [("__start__", True), ("model", False), ("tools", False), ("model", True)]
 
 
-def test_resume_by_checkpoint_id_is_not_affected_by_the_selection() -> None:
-    saver = MemorySaver()
+def test_resume_by_checkpoint_id_is_not_affected_by_the_selection(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([tool_call_reply(), RuntimeError("model is down"), final_reply("resumed")], saver)
     with pytest.raises(RuntimeError):
         chat.graph.invoke(_user("weather?"), CONFIG)
@@ -112,16 +119,16 @@ def test_resume_by_checkpoint_id_is_not_affected_by_the_selection() -> None:
     assert newest is not None and newest.safe and newest.rolled_back_from is None
 
 
-def test_resume_without_input_continues_the_unsafe_head() -> None:
-    saver = MemorySaver()
+def test_resume_without_input_continues_the_unsafe_head(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([tool_call_reply(), RuntimeError("model is down"), final_reply("resumed")], saver)
     with pytest.raises(RuntimeError):
         chat.graph.invoke(_user("weather?"), CONFIG)
     assert chat.graph.invoke(None, CONFIG)["messages"][-1] == final_reply("resumed")
 
 
-def test_on_unsafe_head_error_raises_with_the_reason() -> None:
-    saver = MemorySaver()
+def test_on_unsafe_head_error_raises_with_the_reason(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat(
         [final_reply("hi"), tool_call_reply(), RuntimeError("model is down")], saver, on_unsafe_head="error"
     )
@@ -130,8 +137,8 @@ def test_on_unsafe_head_error_raises_with_the_reason() -> None:
         chat.graph.invoke(_user("again"), CONFIG)
 
 
-def test_on_unsafe_head_ignore_starts_from_the_head() -> None:
-    saver = MemorySaver()
+def test_on_unsafe_head_ignore_starts_from_the_head(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat(
         [final_reply("hi"), tool_call_reply(), RuntimeError("model is down"), final_reply()],
         saver,
@@ -143,8 +150,8 @@ def test_on_unsafe_head_ignore_starts_from_the_head() -> None:
         check_request(chat.requests[-1])
 
 
-def test_a_safe_head_is_chosen_with_one_read_and_no_history_walk() -> None:
-    saver = CountingSaver()
+def test_a_safe_head_is_chosen_with_one_read_and_no_history_walk(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = ReadCountingSaver(saver_factory())
     chat = ScriptedChat([final_reply("a"), final_reply("b")], saver)
     chat.graph.invoke(_user("one"), CONFIG)
     saver.reads = 0
@@ -152,8 +159,8 @@ def test_a_safe_head_is_chosen_with_one_read_and_no_history_walk() -> None:
     assert saver.reads == 1  # the head, and nothing else
 
 
-def test_no_safe_checkpoint_at_all_is_a_clear_error() -> None:
-    saver = MemorySaver()
+def test_no_safe_checkpoint_at_all_is_a_clear_error(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     chat = ScriptedChat([final_reply()], saver)
     dangling = AssistantMessage(tool_calls=tool_call_reply().tool_calls)
     # Resume into the tools node is not what we want: seed a thread whose only checkpoint is unsafe.
@@ -170,8 +177,8 @@ def test_no_safe_checkpoint_at_all_is_a_clear_error() -> None:
         chat.graph.invoke(_user("next"), CONFIG)
 
 
-def test_a_graph_without_a_messages_key_is_unaffected() -> None:
-    saver = MemorySaver()
+def test_a_graph_without_a_messages_key_is_unaffected(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     app = (
         StateGraph()
         .add_node("n", lambda s: {"n": s.get("n", 0) + 1, "note": "tool"})
@@ -185,8 +192,8 @@ def test_a_graph_without_a_messages_key_is_unaffected() -> None:
     assert all(c.safe and c.rolled_back_from is None for c in saver.list("t1"))
 
 
-def test_messages_key_can_be_renamed_or_switched_off() -> None:
-    saver = MemorySaver()
+def test_messages_key_can_be_renamed_or_switched_off(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     dangling = tool_call_reply()
     for key, expected in (("history", False), (None, True)):
         app = (
@@ -202,8 +209,8 @@ def test_messages_key_can_be_renamed_or_switched_off() -> None:
         assert head is not None and head.safe is expected
 
 
-def test_latest_safe_walks_back_over_many_unsafe_checkpoints() -> None:
-    saver = MemorySaver()
+def test_latest_safe_walks_back_over_many_unsafe_checkpoints(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    saver = saver_factory()
     app = (
         StateGraph({"messages": KeyStrategy.APPEND})
         .add_node("n", lambda s: None)

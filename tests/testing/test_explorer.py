@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,13 +33,15 @@ def _one_tool_call(saver: CheckpointSaver, **kwargs: Any) -> ReactAgent:
     )
 
 
-def test_one_tool_call_has_no_violations_in_any_mode() -> None:
-    report = explore_cancellations(_one_tool_call, ["What's the weather in Paris?"], modes=ALL_MODES)
+def test_one_tool_call_has_no_violations_in_any_mode(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    report = explore_cancellations(
+        _one_tool_call, ["What's the weather in Paris?"], modes=ALL_MODES, saver_factory=saver_factory
+    )
     assert report.ok, str(report)
     assert len(report.points) > 30
 
 
-def test_two_tool_calls_in_one_message_have_no_violations() -> None:
+def test_two_tool_calls_in_one_message_have_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
     both = marbles(
         "-a-b-c|",
         a=tool_call("c1", "weather", '{"city": "Paris"}', index=0),
@@ -50,46 +53,52 @@ def test_two_tool_calls_in_one_message_have_no_violations() -> None:
         weather = ScriptedTool("weather", [marbles("--r|", r="Sunny"), marbles("----r|", r="Snow")])
         return ReactAgent(ScriptedChatModel([both, ANSWER, [text("ok")]]), tools=[weather], checkpointer=saver)
 
-    assert_cancellation_safe(make, ["Paris and Oslo?"], modes=ALL_MODES)
+    assert_cancellation_safe(make, ["Paris and Oslo?"], modes=ALL_MODES, saver_factory=saver_factory)
 
 
-def test_two_model_and_tool_rounds_in_one_turn_have_no_violations() -> None:
+def test_two_model_and_tool_rounds_in_one_turn_have_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         second_call = marbles("--a|", a=tool_call("c2", "get_weather", '{"city": "Oslo"}'))
         model = ScriptedChatModel([TOOL_CALL, second_call, ANSWER, [text("ok")]])
         return ReactAgent(model, tools=[get_weather], checkpointer=saver)
 
-    report = assert_cancellation_safe(make, ["Compare Paris and Oslo"], modes=ALL_MODES)
+    report = assert_cancellation_safe(make, ["Compare Paris and Oslo"], modes=ALL_MODES, saver_factory=saver_factory)
     assert len(report.points) > 40
 
 
-def test_three_turns_with_the_cancellation_in_the_middle_one() -> None:
+def test_three_turns_with_the_cancellation_in_the_middle_one(saver_factory: Callable[[], CheckpointSaver]) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         model = ScriptedChatModel([marbles("-h|", h=text("Hello!")), TOOL_CALL, ANSWER, marbles("--t|", t=text("Bye"))])
         return ReactAgent(model, tools=[get_weather], checkpointer=saver, system_prompt="Be brief.")
 
-    report = assert_cancellation_safe(make, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=ALL_MODES)
+    report = assert_cancellation_safe(
+        make, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=ALL_MODES, saver_factory=saver_factory
+    )
     assert {turn for turn, _ in report.points} == {1}
 
 
-def test_every_turn_of_a_scenario_can_be_explored() -> None:
-    report = explore_cancellations(_one_tool_call, ["first", "second"])
+def test_every_turn_of_a_scenario_can_be_explored(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    report = explore_cancellations(_one_tool_call, ["first", "second"], saver_factory=saver_factory)
     assert report.ok, str(report)
     assert {turn for turn, _ in report.points} == {0, 1}
 
 
-def test_the_keep_policy_is_reported_with_pictures() -> None:
-    report = explore_cancellations(lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"])
+def test_the_keep_policy_is_reported_with_pictures(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    report = explore_cancellations(
+        lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"], saver_factory=saver_factory
+    )
     assert not report.ok
     invariants = {v.invariant for v in report.violations}
     assert invariants == {"the head is neither the pre-turn state nor a completed turn"}
     message = str(report)
     assert "saver  S" in message and "thread history, newest first" in message
     with pytest.raises(AssertionError, match="violation"):
-        assert_cancellation_safe(lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"])
+        assert_cancellation_safe(
+            lambda saver: _one_tool_call(saver, on_cancel="keep"), ["weather?"], saver_factory=saver_factory
+        )
 
 
-def test_a_graph_that_loses_committed_turns_is_reported() -> None:
+def test_a_graph_that_loses_committed_turns_is_reported(saver_factory: Callable[[], CheckpointSaver]) -> None:
     # A deliberately broken graph: "messages" is not APPEND, so each turn's input replaces the history.
     def make(saver: CheckpointSaver) -> Any:
         def forgetful(state: Any) -> rx.Observable[dict[str, Any]]:
@@ -104,12 +113,15 @@ def test_a_graph_that_loses_committed_turns_is_reported() -> None:
         )
 
     report = explore_cancellations(
-        make, [{"messages": [UserMessage(content="a")]}, {"messages": [UserMessage(content="b")]}], turns=[1]
+        make,
+        [{"messages": [UserMessage(content="a")]}, {"messages": [UserMessage(content="b")]}],
+        turns=[1],
+        saver_factory=saver_factory,
     )
     assert "a committed turn was lost" in {v.invariant for v in report.violations}
 
 
-def test_a_plain_graph_without_messages_is_explored_too() -> None:
+def test_a_plain_graph_without_messages_is_explored_too(saver_factory: Callable[[], CheckpointSaver]) -> None:
     def make(saver: CheckpointSaver) -> Any:
         return (
             StateGraph({"log": KeyStrategy.APPEND})
@@ -121,7 +133,7 @@ def test_a_plain_graph_without_messages_is_explored_too() -> None:
             .compile(checkpointer=saver, messages_key=None)
         )
 
-    assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=ALL_MODES)
+    assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=ALL_MODES, saver_factory=saver_factory)
 
 
 def test_bad_arguments() -> None:
