@@ -56,7 +56,7 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
     (ToolCall, "rxgraph.ToolCall"),
 )
 
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_NON_FINITE = frozenset({"nan", "inf", "-inf"})
 _MAPPING_TYPES = (dict, FrozenDict, MappingProxyType)
 _TAGS = frozenset({"$type", "$tuple", "$set", "$bytes", "$float", "$wtf8"})
 
@@ -274,7 +274,9 @@ class Serde:
             return self._decode(_unwrap_wtf8(body))
         if body not in _NON_FINITE:
             raise ValueError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
-        return _NON_FINITE[body]
+        # A new object each time: distinct nan objects are distinct members of a set (nan != nan), one shared nan
+        # would make a set of them collapse.
+        return float(body)
 
 
 def _utf8_safe(text: str) -> str:

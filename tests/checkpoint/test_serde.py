@@ -320,3 +320,12 @@ def test_valid_text_is_stored_as_plain_json() -> None:
 def test_a_damaged_wrapped_text_raises_value_error(text: str) -> None:
     with pytest.raises(ValueError):
         default_serde.loads(text)
+
+
+def test_a_set_of_distinct_nan_objects_keeps_its_size() -> None:
+    # Two nan objects are two members of a set (nan != nan); decoding both as one shared nan made them collapse.
+    for value in [frozenset({float("nan"), float("nan")}), frozenset({(float("nan"),), (float("nan"),), 1})]:
+        back = default_serde.loads(default_serde.dumps(value))
+        assert type(back) is frozenset and len(back) == len(value)
+    first, second = default_serde.loads(default_serde.dumps([math.nan, math.nan]))
+    assert math.isnan(first) and math.isnan(second) and first is not second
