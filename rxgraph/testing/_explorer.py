@@ -33,9 +33,13 @@ from ._harness import (
     timeout_after,
 )
 
-__all__ = ["ExplorationReport", "Violation", "assert_cancellation_safe", "explore_cancellations"]
+__all__ = ["ExplorationReport", "NextTurn", "Violation", "assert_cancellation_safe", "explore_cancellations"]
 
 CancelMode = Literal["dispose", "timeout", "take_until"]
+NextTurn = Literal["after_end", "from_callback"]
+"""When the scenario's next turn is subscribed: once the previous one has ended, or from its terminal callback
+(``on_completed`` / ``on_error`` as its subscriber sees them, or right after its ``dispose()``), as a server does that
+answers the client and then takes its next message."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,14 @@ def explore_cancellations(
     modes: Sequence[CancelMode] = ("dispose",),
     probe: str = "Are you still there?",
     saver_factory: Callable[[], CheckpointSaver] = MemorySaver,
+    next_turn: Sequence[NextTurn] = ("after_end", "from_callback"),
 ) -> ExplorationReport:
     """Run the scenario ``inputs`` (one input per turn) with a cancellation at every point of each turn in
     ``turns`` (all by default), and report the invariants broken.
+
+    Each cancel point is tried once per ``next_turn`` way of starting the next turn: after the cancelled one has
+    ended, and from its terminal callback (the pattern that catches a next turn reading a cut turn's head before
+    its rewind).
 
     ``make(saver)`` must build a *fresh* graph or agent (with fresh scripted models) on the saver it is given: the
     explorer calls it once per run. The scenario's thread is ``config.thread_id`` (``"explore"`` by default); its
@@ -105,16 +114,22 @@ def explore_cancellations(
     thread_id = config.thread_id if config is not None and config.thread_id else "explore"
     report = ExplorationReport()
     targets = range(len(inputs)) if turns is None else turns
+    for way in next_turn:
+        if way not in ("after_end", "from_callback"):
+            raise ValueError(f"unknown next_turn {way!r}; use 'after_end' or 'from_callback'")
     for turn in targets:
         if not 0 <= turn < len(inputs):
             raise ValueError(f"turn {turn} is not in the scenario (0..{len(inputs) - 1})")
-        baseline = _Run(make, inputs, thread_id, saver_factory, turn, None, probe)
+        baseline = _Run(make, inputs, thread_id, saver_factory, turn, None, probe, "after_end")
         report.points.append((turn, "no cancellation"))
         report.violations.extend(baseline.violations())
         for spec in _cancel_points(baseline.records[turn], modes):
-            run = _Run(make, inputs, thread_id, saver_factory, turn, spec, probe)
-            report.points.append((turn, spec.describe()))
-            report.violations.extend(run.violations())
+            for way in next_turn:
+                if way == "from_callback" and turn == len(inputs) - 1:
+                    continue  # no next turn to start
+                run = _Run(make, inputs, thread_id, saver_factory, turn, spec, probe, way)
+                report.points.append((turn, run.description))
+                report.violations.extend(run.violations())
     return report
 
 
@@ -164,14 +179,20 @@ class _Run:
         turn: int,
         cancel: CancelSpec | None,
         probe: str,
+        next_turn: NextTurn,
     ) -> None:
         self.harness = CancellationHarness(make, thread_id=thread_id, saver_factory=saver_factory)
         self.turn = turn
         self.cancel = cancel
         self.probe = probe
-        self.records = [
-            self.harness.run_turn(item, cancel if index == turn else None) for index, item in enumerate(inputs)
-        ]
+        self.description = cancel.describe() if cancel else "no cancellation"
+        if next_turn == "from_callback":
+            self.description += ", next turn started from its terminal callback"
+            self.records = self.harness.run_chained(inputs, {turn: cancel} if cancel else {})
+        else:
+            self.records = [
+                self.harness.run_turn(item, cancel if index == turn else None) for index, item in enumerate(inputs)
+            ]
 
     def violations(self) -> list[Violation]:
         found: list[tuple[str, str]] = []
@@ -185,10 +206,9 @@ class _Run:
         if key is not None:
             found += self._requests_are_valid(key)
             found += self._nothing_committed_was_lost(key)
-        description = self.cancel.describe() if self.cancel else "no cancellation"
         timeline = record.timeline()
         history = _history(self.harness.saver.list(self.harness.thread_id), key)
-        return [Violation(self.turn, description, what, detail, timeline, history) for what, detail in found]
+        return [Violation(self.turn, self.description, what, detail, timeline, history) for what, detail in found]
 
     def _head_after_the_turn(self, record: TurnRecord) -> list[tuple[str, str]]:
         head = record.head

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -190,21 +190,85 @@ class CancellationHarness:
         return self.saver.get(self.thread_id)
 
     def run_turn(self, input: Any, cancel: CancelSpec | None = None) -> TurnRecord:
+        """Run one turn to its end (completed, failed, or cancelled as ``cancel`` says) and return its record."""
+        turn = self._begin(input, cancel, then=None)
+        self._advance([turn])
+        # Everything up to the horizon belongs to this turn: a write that landed after its end is its own.
+        turn.end_event = len(self.recorder.events)
+        turn.head = self.head()
+        return self._finish(turn, start_event=turn.first_event)
+
+    def run_chained(self, inputs: Sequence[Any], cancels: Mapping[int, CancelSpec] | None = None) -> list[TurnRecord]:
+        """Run one turn per input, each next turn subscribed from the previous turn's terminal callback — as a
+        server does that answers the client and then takes its next message.
+
+        The callback is the subscriber's ``on_completed`` or ``on_error``, which ``take_until``, ``take`` and
+        ``timeout`` deliver *before* they dispose the cut run; for a plain dispose (``dispose_at``,
+        ``dispose_when``) it is right after ``dispose()`` returned. ``cancels`` maps a turn's index to its cancel.
+        """
+        if not inputs:
+            raise ValueError("run_chained needs at least one input")
+        cancels = cancels or {}
+        turns: list[_Turn] = []
+
+        def begin(index: int) -> None:
+            following = (lambda: begin(index + 1)) if index + 1 < len(inputs) else None
+            turns.append(self._begin(inputs[index], cancels.get(index), then=following))
+
+        begin(0)
+        self._advance(turns)
+        if len(turns) != len(inputs):
+            raise AssertionError(f"only {len(turns)} of {len(inputs)} chained turns started")
+        records: list[TurnRecord] = []
+        start_event = turns[0].first_event
+        for turn in turns:
+            # A next turn is subscribed before the previous one ended, but the thread's slot keeps it from doing
+            # anything until then: its events begin where the previous turn's end.
+            record = self._finish(turn, start_event=max(start_event, turn.first_event))
+            if records:
+                record.pre_turn = records[-1].head
+            start_event = turn.end_event
+            records.append(record)
+        # A write a turn's run made after that turn ended is its own, whichever turn was running then.
+        for record, turn in zip(records, turns, strict=True):
+            ids = record.run_ids
+            late = [
+                e
+                for e in self.recorder.events[turn.end_event :]
+                if e.kind in ("write", "rewind") and e.value.run_id in ids
+            ]
+            if late:
+                late_orders = {e.order for e in late}
+                record.events = record.events + late
+                for other in records:
+                    if other is not record:
+                        other.events = [e for e in other.events if e.order not in late_orders]
+        return records
+
+    def _begin(self, input: Any, cancel: CancelSpec | None, then: Callable[[], None] | None) -> _Turn:
         scheduler, recorder = self.scheduler, self.recorder
         start = float(scheduler.clock)
         record = TurnRecord(input=input, start=start, pre_turn=self.head(), cancel=cancel)
-        first_event = len(recorder.events)
-        subscription: list[rx.abc.DisposableBase] = []
+        turn = _Turn(record, len(recorder.events))
+        chained = [then]  # the next turn starts once, from whichever terminal callback comes first
+
+        def chain() -> None:
+            following, chained[0] = chained[0], None
+            if following is not None:
+                following()
 
         def dispose() -> None:
-            if subscription and record.signal is None:
+            if turn.subscription is not None and record.signal is None:
                 recorder.record("cancel")
-                subscription[0].dispose()
+                turn.subscription.dispose()
+                chain()
 
         def on_finally(signal: SignalType) -> None:
             record.signal = signal
-            if signal is SignalType.CANCEL and not any(e.kind == "cancel" for e in recorder.events[first_event:]):
+            if signal is SignalType.CANCEL and not any(e.kind == "cancel" for e in recorder.events[turn.first_event :]):
                 recorder.record("cancel")  # timeout / take_until cancelled it from downstream
+            turn.end_event = len(recorder.events)
+            turn.head = self.head()
 
         def on_next(output: NodeOutput) -> None:
             recorder.record("chunk" if isinstance(output, StreamingOutput) else "node", output.node, output)
@@ -215,12 +279,13 @@ class CancellationHarness:
                 recorder.record("error", value=error)
             else:
                 record.subscriber_error = error
+            chain()
 
         def on_completed() -> None:
             if record.signal is SignalType.ON_COMPLETE:
                 recorder.record("complete")
+            chain()
 
-        listener = None
         if cancel is not None and cancel.when is not None:
             predicate = cancel.when
 
@@ -229,6 +294,7 @@ class CancellationHarness:
                     # Not from inside the event (it may be a write under the run's lock): right after it.
                     scheduler.schedule(lambda *_: dispose())
 
+            turn.listener = listener
             recorder.listeners.append(listener)
 
         stream = self.target.stream(input, self.config).pipe(do_finally(on_finally))
@@ -242,17 +308,43 @@ class CancellationHarness:
                 scheduler.schedule_absolute(due, lambda *_: scheduler.schedule_absolute(due, lambda *_: dispose()))
             else:
                 scheduler.schedule_absolute(start + cancel.tick, lambda *_: dispose())
+        turn.subscription = stream.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        return turn
+
+    def _advance(self, turns: list[_Turn]) -> None:
+        """Advance virtual time until every turn (including turns started meanwhile) ended, up to the horizon."""
         try:
-            subscription.append(stream.subscribe(on_next, on_error, on_completed, scheduler=scheduler))
-            VirtualTimeScheduler.advance_to(scheduler, start + self.horizon)
+            start = float(self.scheduler.clock)
+            VirtualTimeScheduler.advance_to(self.scheduler, start + self.horizon)
         finally:
-            if listener is not None:
-                recorder.listeners.remove(listener)
-        if record.signal is None:
-            raise AssertionError(
-                f"the turn with input {input!r} did not end within {self.horizon:g} ticks of virtual time"
-            )
-        record.events = recorder.events[first_event:]
-        record.head = self.head()
+            for turn in turns:
+                if turn.listener is not None:
+                    self.recorder.listeners.remove(turn.listener)
+                    turn.listener = None
+        for turn in turns:
+            if turn.record.signal is None:
+                raise AssertionError(
+                    f"the turn with input {turn.record.input!r} did not end within {self.horizon:g} ticks of "
+                    "virtual time"
+                )
+
+    def _finish(self, turn: _Turn, *, start_event: int) -> TurnRecord:
+        record = turn.record
+        record.events = self.recorder.events[start_event : turn.end_event]
+        record.head = turn.head
         self.turns.append(record)
         return record
+
+
+class _Turn:
+    """A turn in progress: its record, its subscription, and where its events begin and end."""
+
+    __slots__ = ("end_event", "first_event", "head", "listener", "record", "subscription")
+
+    def __init__(self, record: TurnRecord, first_event: int) -> None:
+        self.record = record
+        self.first_event = first_event
+        self.end_event = first_event
+        self.head: Checkpoint | None = None
+        self.listener: Callable[[Event], None] | None = None
+        self.subscription: rx.abc.DisposableBase | None = None

@@ -1,0 +1,150 @@
+"""A reference runner built only from reactivex operators: the run as the design states it, with no shortcut.
+
+::
+
+    stream  = defer(start), started in an action on the run's scheduler (or the trampoline)   cold; base read then
+              .do_action(terminated)  |> raise the cancelled flag, then dispose  |> finally_action(rewind if cut)
+    start   = read the base, merge the input, write the input checkpoint; steps(first node)
+    step N  = defer(action(state)).do_action(keep).map(StreamingOutput) ++ defer(tail)
+    tail    = merge, route, write (guarded by the cancelled flag); of(NodeOutput) ++ defer(step next)
+
+The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
+run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/runner.py``, one
+purpose-built observer per step) against this one. It shares with the runner only what is not the driving: base
+selection (``CompiledGraph._load_base``), the guarded write and the rewind (``RunContext``), the merge and routing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import reactivex as rx
+from reactivex import Observable, abc
+from reactivex import operators as ops
+from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
+
+from rxgraph import END, START, CheckpointConflictError, CompiledGraph, GraphRecursionError, NodeOutput, StreamingOutput
+from rxgraph.graph.run_context import RunContext
+from rxgraph.graph.safety import HistorySafety
+
+__all__ = ["reference_stream"]
+
+
+def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, config: Any) -> Observable[NodeOutput]:
+    """What ``graph.stream(input, config)`` does, from reactivex operators only (no run slots: one run at a time)."""
+
+    def per_subscription(subscribe_scheduler: abc.SchedulerBase | None) -> Observable[NodeOutput]:
+        run_scheduler = config.scheduler or subscribe_scheduler
+        run_config = (
+            config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
+        )
+        ctx = RunContext(config.thread_id, graph.checkpointer, HistorySafety(graph.messages_key))
+        trampoline = CurrentThreadScheduler.singleton()
+        terminated = [False]
+
+        def start(_: abc.SchedulerBase | None) -> Observable[NodeOutput]:
+            base = graph._load_base(ctx, run_config, input is not None)
+            state: dict[str, Any] = dict(base.values) if base is not None else {}
+            if input is None:
+                return steps(base.next[0] if base is not None and base.next else END, state, 0)
+            state = graph.schema.merge(state, input, origin="input")
+            first = graph.branches[START].next_node(MappingProxyType(state), graph.nodes)
+            ctx.commit(state, node=START, next_nodes=(first,) if first != END else (), source="input")
+            return steps(first, state, 0)
+
+        def steps(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
+            if name == END:
+                return rx.empty()
+            if count >= run_config.recursion_limit:
+                return rx.throw(
+                    GraphRecursionError(f"reached recursion_limit={run_config.recursion_limit}; next {name!r}")
+                )
+            return rx.defer(lambda _: step(name, state, count + 1))
+
+        def step(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
+            node = graph.nodes[name]
+            view = MappingProxyType(state)
+            result = node.call(view, run_config)
+            chunks: list[Any] = []
+            updates: Callable[[], Sequence[Any]]
+            if result is None or isinstance(result, Mapping):
+                stream: Observable[Any] = rx.empty()
+                updates = lambda: (result,)  # noqa: E731
+            elif isinstance(result, abc.ObservableBase):
+                stream = on_run_scheduler(result)
+                updates = lambda: node.updates_from_chunks(chunks)  # noqa: E731
+            else:
+                return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
+            forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, view, c)))
+            return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count)))
+
+        def tail(name: str, state: dict[str, Any], updates: Sequence[Any], count: int) -> Observable[NodeOutput]:
+            if ctx.cancelled:
+                return rx.empty()
+            for update in updates:
+                state = graph.schema.merge(state, update, origin=f"node {name!r}")
+            following = graph.branches[name].next_node(MappingProxyType(state), graph.nodes)
+            checkpoint = ctx.commit(
+                state, node=name, next_nodes=(following,) if following != END else (), source="loop"
+            )
+            if checkpoint is None and ctx.saver is not None:
+                return rx.empty()
+            output = NodeOutput(name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
+            return rx.concat(
+                rx.return_value(output, scheduler=ImmediateScheduler.singleton()),
+                rx.defer(lambda _: steps(following, state, count)),
+            )
+
+        def on_run_scheduler(source: abc.ObservableBase[Any]) -> Observable[Any]:
+            # The node's stream gets the run's scheduler; the concat machinery around it keeps the trampoline.
+            return Observable(lambda observer, _: source.subscribe(observer, scheduler=run_scheduler))
+
+        def machinery(observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None) -> abc.DisposableBase:
+            return rx.defer(start).subscribe(observer, scheduler=trampoline)
+
+        def mark_terminated(*_: Any) -> None:
+            terminated[0] = True
+
+        def rewind_if_cut() -> None:
+            if terminated[0] or graph.on_cancel == "keep":
+                ctx.close()
+                return
+            with contextlib.suppress(CheckpointConflictError):  # another writer moved the head: leave it
+                ctx.rewind()
+
+        def start_later(observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None) -> abc.DisposableBase:
+            # Start in an action on the run's scheduler (or the trampoline), and subscribe the machinery inside a
+            # running trampoline, so that its work is queued until its subscription is held (subscribe_on would
+            # do the first, but also dispose later, on the scheduler: not how a run stops).
+            held = SerialDisposable()
+
+            def inside(*_: Any) -> None:
+                held.disposable = Observable(machinery).subscribe(observer)
+
+            scheduled = (run_scheduler or trampoline).schedule(lambda *_: trampoline.schedule(inside))
+            return CompositeDisposable(scheduled, held)
+
+        run = Observable(start_later).pipe(ops.do_action(on_error=mark_terminated, on_completed=mark_terminated))
+        return _flag_before_dispose(run, ctx).pipe(ops.finally_action(rewind_if_cut))
+
+    # Not rx.defer: it hands its factory an ImmediateScheduler when the subscriber gave none, and "none" matters.
+    return Observable(lambda observer, scheduler: per_subscription(scheduler).subscribe(observer, scheduler=scheduler))
+
+
+def _flag_before_dispose(source: Observable[NodeOutput], ctx: RunContext) -> Observable[NodeOutput]:
+    """On dispose: raise the run's cancelled flag, then dispose upstream (harmless after a terminal event)."""
+
+    def subscribe(observer: abc.ObserverBase[NodeOutput], scheduler: abc.SchedulerBase | None) -> abc.DisposableBase:
+        inner = source.subscribe(observer, scheduler=scheduler)
+
+        def dispose() -> None:
+            ctx.mark_cancelled()
+            inner.dispose()
+
+        return Disposable(dispose)
+
+    return Observable(subscribe)
