@@ -323,3 +323,38 @@ def test_a_run_queued_behind_a_cancelled_run_starts_on_the_thread_that_rewound_i
     disposer.join()
     assert started_on == [disposer.ident]
     assert slots_for(saver).holder("t") is None
+
+
+def test_an_interrupt_never_overlaps_an_output_being_delivered_on_another_thread(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # Run A streams from a producer thread; its subscriber is inside on_next when run B interrupts A from this
+    # thread. A's RunInterruptedError must wait until that on_next has returned, then arrive, and nothing after it.
+    saver = saver_factory()
+    chunks: Subject[dict[str, Any]] = Subject()
+    app = _chat(saver, answer=lambda s: chunks if s["log"][-2] == "A" else {"log": "answer to B"})
+    config = RunnableConfig(thread_id="t")
+    inside, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def on_next(output: NodeOutput) -> None:
+        if output.node == "answer":
+            events.append("on_next begins")
+            inside.set()
+            assert release.wait(10)
+            events.append("on_next ends")
+
+    app.stream({"log": "A"}, config).subscribe(on_next, lambda e: events.append(type(e).__name__))
+    producer = threading.Thread(target=lambda: chunks.on_next({"log": "partial answer"}))
+    producer.start()
+    assert inside.wait(10)
+    done = threading.Event()
+    app.stream({"log": "B"}, config.model_copy(update={"multitask": "interrupt"})).subscribe(on_completed=done.set)
+    assert events == ["on_next begins"]  # A is cut and rewound, but its error waits for the output in flight
+    release.set()
+    producer.join()
+    assert events == ["on_next begins", "on_next ends", "RunInterruptedError"]
+    chunks.on_next({"log": "too late"})  # A's stream was disposed: nothing more reaches its subscriber
+    assert events[-1] == "RunInterruptedError"
+    assert done.wait(10)
+    assert list(app.get_state(config).values["log"]) == ["B", "thinking about B", "answer to B"]
