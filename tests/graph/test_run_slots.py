@@ -358,3 +358,39 @@ def test_an_interrupt_never_overlaps_an_output_being_delivered_on_another_thread
     assert events[-1] == "RunInterruptedError"
     assert done.wait(10)
     assert list(app.get_state(config).values["log"]) == ["B", "thinking about B", "answer to B"]
+
+
+def test_a_run_subscribed_on_a_thread_pool_and_disposed_is_rewound_before_the_next_turn_reads(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # subscribe_on(ThreadPoolScheduler) disposes on the pool, later: dispose() returns before the run is even cut.
+    # The next turn, started right away, still waits for that run to end and be rewound.
+    from reactivex.scheduler import ThreadPoolScheduler
+
+    pool = ThreadPoolScheduler(2)
+    started = threading.Event()
+
+    def answer(state: Any) -> Any:
+        if state["log"][-2] == "question B":
+            started.set()
+            return rx.never()
+        return {"log": f"to {state['log'][-2]}"}
+
+    app = _chat(saver_factory(), answer=answer)
+    config = RunnableConfig(thread_id="t")
+    app.invoke({"log": "question A"}, config)
+    subscription = app.stream({"log": "question B"}, config).pipe(ops.subscribe_on(pool)).subscribe()
+    assert started.wait(10)
+    subscription.dispose()  # returns at once: the dispose itself is scheduled on the pool
+    done = threading.Event()
+    app.stream({"log": "question C"}, config).subscribe(on_completed=done.set)
+    assert done.wait(10)
+    assert list(app.get_state(config).values["log"]) == [
+        "question A",
+        "thinking about question A",
+        "to question A",
+        "question C",
+        "thinking about question C",
+        "to question C",
+    ]
+    pool.executor.shutdown(wait=True)
