@@ -6,55 +6,14 @@ import builtins
 import threading
 from typing import Any
 
-from rxgraph import Checkpoint, CheckpointSaver, MemorySaver
+from rxgraph import Checkpoint, CheckpointSaver
+from rxgraph.testing import DelegatingSaver
 
-
-class CountingSaver(MemorySaver):
-    """A MemorySaver that counts reads, to prove when a run reads its base."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-        self._count_lock = threading.Lock()
-
-    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        with self._count_lock:
-            self.reads += 1
-        return super().get(thread_id, checkpoint_id)
-
-    def list(self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None) -> list[Checkpoint]:
-        with self._count_lock:
-            self.reads += 1
-        return super().list(thread_id, limit=limit, before_seq=before_seq)
-
-
-class DelegatingSaver(CheckpointSaver):
-    """Forwards every call to a real saver (``inner``, of any kind); subclasses override only what a test observes
-    or breaks."""
-
-    def __init__(self, inner: CheckpointSaver) -> None:
-        self.inner = inner
-
-    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return self.inner.get(thread_id, checkpoint_id)
-
-    def list(
-        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
-    ) -> builtins.list[Checkpoint]:
-        return self.inner.list(thread_id, limit=limit, before_seq=before_seq)
-
-    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        return self.inner.put(checkpoint, expected_head=expected_head)
-
-    def threads(self) -> builtins.list[str]:
-        return self.inner.threads()
-
-    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
-        return self.inner.latest_safe(thread_id, before_seq=before_seq)
+__all__ = ["DelegatingSaver", "ReadCountingSaver", "ScriptedChat", "final_reply", "nodes_written", "tool_call_reply"]
 
 
 class ReadCountingSaver(DelegatingSaver):
-    """``CountingSaver`` over any saver: counts each read call made on it (``get``, ``list``, ``latest_safe``; a
+    """Counts each read call made on it, over any saver (``get``, ``list``, ``latest_safe``; a
     ``latest_safe`` counts as one read, however the inner saver answers it)."""
 
     def __init__(self, inner: CheckpointSaver) -> None:

@@ -22,7 +22,7 @@ from ._harness import (
     take_until_at,
     timeout_after,
 )
-from ._recording import Event, RecordingSaver
+from ._recording import DelegatingSaver, Event, RecordingSaver
 from ._scripted import ModelRequest, Script, ScriptedChatModel, ScriptExhaustedError, marbles
 from ._timeline import render_timeline
 from ._tools import ScriptedTool
@@ -30,6 +30,7 @@ from ._tools import ScriptedTool
 __all__ = [
     "CancelSpec",
     "CancellationHarness",
+    "DelegatingSaver",
     "Event",
     "ExplorationReport",
     "ModelRequest",

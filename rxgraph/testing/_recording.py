@@ -1,4 +1,5 @@
-"""``RecordingSaver``: a saver that also notes, in virtual time, every checkpoint written through it."""
+"""``RecordingSaver``: a saver that also notes, in virtual time, every checkpoint written through it; and
+``DelegatingSaver``, the forwarding saver it is built on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from reactivex.scheduler import VirtualTimeScheduler
 
 from ..checkpoint.base import Checkpoint, CheckpointSaver
 
-__all__ = ["Event", "EventKind", "Recorder", "RecordingSaver"]
+__all__ = ["DelegatingSaver", "Event", "EventKind", "Recorder", "RecordingSaver"]
 
 EventKind = Literal["chunk", "node", "write", "rewind", "complete", "error", "cancel"]
 
@@ -47,12 +48,12 @@ class Recorder:
         return event
 
 
-class RecordingSaver(CheckpointSaver):
-    """Delegates everything to a real saver and records each successful ``put`` as a ``write``/``rewind`` event."""
+class DelegatingSaver(CheckpointSaver):
+    """A saver that forwards every call to another, real one (``inner``). Subclass it to observe or to break just
+    the calls a test is about — the rest keeps the inner saver's behaviour, whatever its kind."""
 
-    def __init__(self, inner: CheckpointSaver, recorder: Recorder) -> None:
+    def __init__(self, inner: CheckpointSaver) -> None:
         self.inner = inner
-        self.recorder = recorder
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         return self.inner.get(thread_id, checkpoint_id)
@@ -63,12 +64,23 @@ class RecordingSaver(CheckpointSaver):
         return self.inner.list(thread_id, limit=limit, before_seq=before_seq)
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        stored = self.inner.put(checkpoint, expected_head=expected_head)
-        self.recorder.record("rewind" if stored.source == "rewind" else "write", stored.node, stored)
-        return stored
+        return self.inner.put(checkpoint, expected_head=expected_head)
 
     def threads(self) -> builtins.list[str]:
         return self.inner.threads()
 
     def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
         return self.inner.latest_safe(thread_id, before_seq=before_seq)
+
+
+class RecordingSaver(DelegatingSaver):
+    """Delegates everything to a real saver and records each successful ``put`` as a ``write``/``rewind`` event."""
+
+    def __init__(self, inner: CheckpointSaver, recorder: Recorder) -> None:
+        super().__init__(inner)
+        self.recorder = recorder
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        stored = self.inner.put(checkpoint, expected_head=expected_head)
+        self.recorder.record("rewind" if stored.source == "rewind" else "write", stored.node, stored)
+        return stored

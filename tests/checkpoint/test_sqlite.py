@@ -523,14 +523,25 @@ def test_a_list_whose_prefix_is_only_equal_to_the_parents_is_stored_again(
     )
     assert child.values["xs"][: len(parent_items)] == parent.values["xs"]
     assert not child.values["xs"].shares_prefix_with(parent.values["xs"])
+    for written, back in _write_then_reopen(db, parent, child):
+        assert _typed(back.values["xs"]) == _typed(written.values["xs"])
+
+
+def _write_then_reopen(db: Path, *chain: Checkpoint) -> list[tuple[Checkpoint, Checkpoint]]:
+    """Put a chain of checkpoints (each a child of the one before), then read each back from a fresh saver on the
+    file, newest first: (written, read back) pairs."""
     with SqliteSaver(db) as saver:
-        saver.put(parent, expected_head=None)
-        saver.put(child, expected_head="p")
+        head = None
+        for checkpoint in chain:
+            saver.put(checkpoint, expected_head=head)
+            head = checkpoint.id
     with SqliteSaver(db) as reopened:
-        for written in (child, parent):
-            back = reopened.get("t", written.id)
+        pairs = []
+        for written in reversed(chain):
+            back = reopened.get(written.thread_id, written.id)
             assert back is not None
-            assert _typed(back.values["xs"]) == _typed(written.values["xs"])
+            pairs.append((written, back))
+        return pairs
 
 
 def _typed(value: Any) -> Any:
@@ -581,16 +592,12 @@ def test_strings_with_lone_surrogates_are_stored_and_read_back_exactly(db: Path)
     grown = dict(first.values)
     grown["messages"] = first.values["messages"].extended([AssistantMessage(content="\ude00")])
     second = Checkpoint(id="b", thread_id="t", seq=2, parent_id="a", values=grown, run_id="r", source="loop")
-    with SqliteSaver(db) as saver:
-        saver.put(first, expected_head=None)
-        saver.put(second, expected_head="a")
-    with SqliteSaver(db) as reopened:
-        for written in (second, first):
-            back = reopened.get("t", written.id)
-            assert back is not None and back.values == written.values
-            assert _code_points(back.values) == _code_points(written.values)
-        head = reopened.get("t")
-        assert head is not None and head.values["text"] != "😀" and len(head.values["text"]) == 2
+    pairs = _write_then_reopen(db, first, second)
+    for written, back in pairs:
+        assert back.values == written.values
+        assert _code_points(back.values) == _code_points(written.values)
+    head = pairs[0][1]
+    assert head.values["text"] != "😀" and len(head.values["text"]) == 2
 
 
 def _code_points(value: Any) -> Any:

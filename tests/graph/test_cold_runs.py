@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from _support import CountingSaver
+from _support import ReadCountingSaver
 
-from rxgraph import END, START, KeyStrategy, NodeOutput, RunnableConfig, StateGraph
+from rxgraph import END, START, KeyStrategy, MemorySaver, NodeOutput, RunnableConfig, StateGraph
 
 
-def _counter_graph(saver: CountingSaver, calls: list[int]) -> Any:
+def _counter_graph(saver: ReadCountingSaver, calls: list[int]) -> Any:
     def bump(state: Any) -> dict[str, Any]:
         calls.append(state.get("count", 0))
         return {"count": state.get("count", 0) + 1}
@@ -18,7 +18,7 @@ def _counter_graph(saver: CountingSaver, calls: list[int]) -> Any:
 
 
 def test_nothing_runs_and_nothing_is_read_until_subscribe() -> None:
-    saver = CountingSaver()
+    saver = ReadCountingSaver(MemorySaver())
     calls: list[int] = []
     app = _counter_graph(saver, calls)
     stream = app.stream({"note": "x"}, RunnableConfig(thread_id="t1"))
@@ -30,7 +30,7 @@ def test_nothing_runs_and_nothing_is_read_until_subscribe() -> None:
 
 
 def test_subscribing_twice_runs_twice_each_from_the_head_at_its_own_subscribe_time() -> None:
-    saver = CountingSaver()
+    saver = ReadCountingSaver(MemorySaver())
     calls: list[int] = []
     app = _counter_graph(saver, calls)
     config = RunnableConfig(thread_id="t1")
@@ -44,7 +44,7 @@ def test_subscribing_twice_runs_twice_each_from_the_head_at_its_own_subscribe_ti
 
 
 def test_a_commit_between_assembly_and_subscription_is_the_base() -> None:
-    saver = CountingSaver()
+    saver = ReadCountingSaver(MemorySaver())
     calls: list[int] = []
     app = _counter_graph(saver, calls)
     config = RunnableConfig(thread_id="t1")
@@ -56,7 +56,7 @@ def test_a_commit_between_assembly_and_subscription_is_the_base() -> None:
 
 
 def test_input_is_snapshotted_at_assembly() -> None:
-    saver = CountingSaver()
+    saver = ReadCountingSaver(MemorySaver())
     app = (
         StateGraph({"items": KeyStrategy.APPEND})
         .add_node("noop", lambda s: None)

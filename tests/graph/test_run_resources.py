@@ -12,7 +12,7 @@ import reactivex as rx
 from reactivex import operators as ops
 from reactivex.scheduler.eventloop import AsyncIOScheduler, AsyncIOThreadSafeScheduler
 
-from rxgraph import END, START, Checkpoint, DeadlockError, RunnableConfig, SqliteSaver, StateGraph
+from rxgraph import END, START, Checkpoint, CompiledGraph, DeadlockError, RunnableConfig, SqliteSaver, StateGraph
 
 
 def test_a_long_run_does_not_hold_on_to_the_checkpoints_it_wrote(tmp_path: Path) -> None:
@@ -37,14 +37,18 @@ def test_a_long_run_does_not_hold_on_to_the_checkpoints_it_wrote(tmp_path: Path)
     assert len(alive) == 1 and alive[0] < 20, alive
 
 
-def test_invoke_on_the_event_loop_of_its_own_scheduler_raises_instead_of_deadlocking() -> None:
-    app = (
+def _waits_on_a_timer() -> CompiledGraph:
+    return (
         StateGraph()
         .add_node("wait", lambda s: rx.timer(0.01).pipe(ops.map(lambda _: {"done": True})))
         .add_edge(START, "wait")
         .add_edge("wait", END)
         .compile()
     )
+
+
+def test_invoke_on_the_event_loop_of_its_own_scheduler_raises_instead_of_deadlocking() -> None:
+    app = _waits_on_a_timer()
 
     async def handler() -> dict[str, Any]:
         scheduler = AsyncIOScheduler(asyncio.get_running_loop())
@@ -55,13 +59,7 @@ def test_invoke_on_the_event_loop_of_its_own_scheduler_raises_instead_of_deadloc
 
 
 def test_invoke_from_another_thread_with_the_loops_thread_safe_scheduler_still_works() -> None:
-    app = (
-        StateGraph()
-        .add_node("wait", lambda s: rx.timer(0.01).pipe(ops.map(lambda _: {"done": True})))
-        .add_edge(START, "wait")
-        .add_edge("wait", END)
-        .compile()
-    )
+    app = _waits_on_a_timer()
 
     async def handler() -> dict[str, Any]:
         loop = asyncio.get_running_loop()

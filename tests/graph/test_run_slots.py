@@ -3,7 +3,6 @@ next turn never reads a cut turn's head; ``multitask`` decides what a run does w
 
 from __future__ import annotations
 
-import builtins
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +29,7 @@ from rxgraph import (
 )
 from rxgraph.graph.slots import slots_for
 from rxgraph.rx import SignalType, do_finally
+from rxgraph.testing import DelegatingSaver
 
 
 def _chat(saver: CheckpointSaver, answer: Callable[[Any], Any] | None = None, **compile_kwargs: Any) -> CompiledGraph:
@@ -113,30 +113,30 @@ def test_a_real_time_timeout_then_a_next_turn_from_on_error_never_sees_the_cut_t
     ]
 
 
-class _GatedSaver(CheckpointSaver):
+A_THEN_C = [
+    "question A",
+    "thinking about question A",
+    "to question A",
+    "question C",
+    "thinking about question C",
+    "to question C",
+]
+"""The history after turn A, a turn B that was cut, and turn C: nothing of B."""
+
+
+class _GatedSaver(DelegatingSaver):
     """A real saver whose rewind writes wait at a gate the test opens (to hold a rewind in flight)."""
 
     def __init__(self, inner: CheckpointSaver) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.rewinding = threading.Event()
         self.gate = threading.Event()
-
-    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return self.inner.get(thread_id, checkpoint_id)
-
-    def list(
-        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
-    ) -> builtins.list[Checkpoint]:
-        return self.inner.list(thread_id, limit=limit, before_seq=before_seq)
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
         if checkpoint.source == "rewind":
             self.rewinding.set()
             assert self.gate.wait(10)
         return self.inner.put(checkpoint, expected_head=expected_head)
-
-    def threads(self) -> builtins.list[str]:
-        return self.inner.threads()
 
 
 def test_with_two_disposers_a_next_turn_waits_for_the_rewind_still_running_on_the_other_thread(
@@ -159,14 +159,7 @@ def test_with_two_disposers_a_next_turn_waits_for_the_rewind_still_running_on_th
     saver.gate.set()
     io_thread.join()
     assert done.wait(10)
-    assert list(app.get_state(config).values["log"]) == [
-        "question A",
-        "thinking about question A",
-        "to question A",
-        "question C",
-        "thinking about question C",
-        "to question C",
-    ]
+    assert list(app.get_state(config).values["log"]) == A_THEN_C
 
 
 def test_get_state_waits_while_a_cut_run_is_rewinding(saver_factory: Callable[[], CheckpointSaver]) -> None:
@@ -385,12 +378,5 @@ def test_a_run_subscribed_on_a_thread_pool_and_disposed_is_rewound_before_the_ne
     done = threading.Event()
     app.stream({"log": "question C"}, config).subscribe(on_completed=done.set)
     assert done.wait(10)
-    assert list(app.get_state(config).values["log"]) == [
-        "question A",
-        "thinking about question A",
-        "to question A",
-        "question C",
-        "thinking about question C",
-        "to question C",
-    ]
+    assert list(app.get_state(config).values["log"]) == A_THEN_C
     pool.executor.shutdown(wait=True)
