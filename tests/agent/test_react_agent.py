@@ -122,3 +122,27 @@ def test_chat_chunks_are_what_the_model_node_streams() -> None:
         ChatChunk(content="Hel"),
         ChatChunk(content="lo"),
     ]
+
+
+@pytest.mark.parametrize("policy", ["reject", "interrupt"])
+def test_the_agents_multitask_policy_applies_to_a_second_turn_on_a_busy_thread(policy: str) -> None:
+    from rxgraph import RunInterruptedError, ThreadBusyError
+    from rxgraph.testing import marbles
+
+    scheduler = TestScheduler()
+    model = ScriptedChatModel([marbles("----a|", a=text("slow answer")), [text("quick answer")]])
+    agent = ReactAgent(model, checkpointer=MemorySaver(), multitask=policy)  # type: ignore[arg-type]
+    config = RunnableConfig(thread_id="t", scheduler=scheduler)
+    first: list[Exception] = []
+    second: list[Any] = []
+    agent.stream("first", config).subscribe(on_error=first.append)
+    scheduler.advance_by(1.0)
+    agent.stream("second", config).subscribe(on_error=second.append, on_completed=lambda: second.append("done"))
+    scheduler.advance_by(10.0)
+    roles = [(m.role, m.content) for m in agent.get_state(config).values["messages"]]
+    if policy == "reject":
+        assert first == [] and [type(e) for e in second] == [ThreadBusyError]
+        assert roles == [("user", "first"), ("assistant", "slow answer")]
+    else:
+        assert [type(e) for e in first] == [RunInterruptedError] and second == ["done"]
+        assert roles == [("user", "second"), ("assistant", "quick answer")]

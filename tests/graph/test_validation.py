@@ -121,3 +121,26 @@ def test_route_with_a_list_of_names() -> None:
         .compile()
     )
     assert app.invoke({}) == {"n": 3}
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("on_cancel", "undo", "on_cancel must be 'rewind' or 'keep', got 'undo'"),
+        ("on_unsafe_head", "skip", "on_unsafe_head must be 'rollback', 'error' or 'ignore', got 'skip'"),
+        ("multitask", "queue", "multitask must be 'enqueue', 'reject' or 'interrupt', got 'queue'"),
+    ],
+)
+def test_an_unknown_turn_policy_is_refused_at_compile_time(option: str, value: str, message: str) -> None:
+    graph = StateGraph().add_node("a", _noop).add_edge(START, "a").add_edge("a", END)
+    with pytest.raises(ValueError, match=message):
+        graph.compile(**{option: value})  # type: ignore[arg-type]
+
+
+def test_an_unknown_multitask_policy_in_a_run_config_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from rxgraph import RunnableConfig
+
+    with pytest.raises(ValidationError, match="multitask"):
+        RunnableConfig(multitask="queue")  # type: ignore[arg-type]
