@@ -60,9 +60,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             if name == END:
                 return rx.empty()
             if count >= run_config.recursion_limit:
-                return rx.throw(
-                    GraphRecursionError(f"reached recursion_limit={run_config.recursion_limit}; next {name!r}")
-                )
+                limit = run_config.recursion_limit
+                return rx.throw(GraphRecursionError(f"reached {limit=}", limit=limit, next_node=name))
             return rx.defer(lambda _: step(name, state, count + 1))
 
         def step(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:

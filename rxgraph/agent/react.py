@@ -114,7 +114,8 @@ class ReactAgent:
         calls = _model_calls_this_turn(history)
         if calls >= self.max_iterations:
             raise MaxIterationsError(
-                f"the model asked for tools again after its last allowed call (max_iterations={self.max_iterations})"
+                f"the model asked for tools again after its last allowed call (max_iterations={self.max_iterations})",
+                max_iterations=self.max_iterations,
             )
         request: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         request.extend(history)

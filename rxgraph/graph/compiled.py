@@ -196,7 +196,11 @@ class CompiledGraph:
             # An explicit checkpoint is a replay or a fork: the caller chose the base, no selection.
             base = saver.get(thread_id, config.checkpoint_id)
             if base is None:
-                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+                raise CheckpointNotFoundError(
+                    f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}",
+                    thread_id=thread_id,
+                    checkpoint_id=config.checkpoint_id,
+                )
             return base
         if head is None or head.safe or not has_input or self.on_unsafe_head == "ignore":
             # Without input the run resumes the head's own turn, which is allowed to be half done.
@@ -253,7 +257,11 @@ class CompiledGraph:
         if config.checkpoint_id is not None:
             base = saver.get(thread_id, config.checkpoint_id)
             if base is None:
-                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+                raise CheckpointNotFoundError(
+                    f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}",
+                    thread_id=thread_id,
+                    checkpoint_id=config.checkpoint_id,
+                )
         state = self.schema.merge(base.values if base is not None else {}, values, origin="update_state")
         if as_node is not None:
             following = self.branches[as_node].next_node(MappingProxyType(state), self.nodes)
@@ -298,7 +306,11 @@ class CompiledGraph:
         checkpoint = saver.get(thread_id, config.checkpoint_id)
         if checkpoint is None:
             if config.checkpoint_id is not None:
-                raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}")
+                raise CheckpointNotFoundError(
+                    f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}",
+                    thread_id=thread_id,
+                    checkpoint_id=config.checkpoint_id,
+                )
             return StateSnapshot(values=MappingProxyType({}))
         return _snapshot(checkpoint)
 

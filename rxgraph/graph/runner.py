@@ -281,7 +281,11 @@ class Run:
                     GraphRecursionError(
                         f"run {self.ctx.run_id} (thread {self.ctx.thread_id!r}) reached recursion_limit="
                         f"{self.config.recursion_limit} steps before END; the next node would be {name!r}. "
-                        "Raise RunnableConfig.recursion_limit if the graph is meant to loop this often."
+                        "Raise RunnableConfig.recursion_limit if the graph is meant to loop this often.",
+                        limit=self.config.recursion_limit,
+                        next_node=name,
+                        run_id=self.ctx.run_id,
+                        thread_id=self.ctx.thread_id,
                     )
                 )
                 return
