@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rxgraph import MemorySaver
-from rxgraph.checkpoint.base import CheckpointSaver
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph.checkpoint._base import CheckpointSaver
+from rxgraph.checkpoint._sqlite import SqliteSaver
 
 __all__ = [
     "FULL",

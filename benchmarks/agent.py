@@ -34,7 +34,7 @@ from reactivex import operators as ops
 
 from rxgraph import NodeOutput, RunnableConfig
 from rxgraph.agent import ReactAgent, tool
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph.checkpoint._sqlite import SqliteSaver
 from rxgraph.testing import ScriptedChatModel, finish, text, tool_call
 
 from ._common import (

@@ -23,7 +23,7 @@ from contextlib import ExitStack, suppress
 from typing import Any
 
 from rxgraph import END, START, CompiledGraph, KeyStrategy, RunnableConfig, StateGraph
-from rxgraph.graph.builder import UnsafeHeadPolicy
+from rxgraph.graph._builder import UnsafeHeadPolicy
 from rxgraph.messages import AssistantMessage, ToolMessage, UserMessage
 
 from ._common import BenchResult, Figure, Sizes, interleave, median, ms, rxgraph_saver, timed

@@ -22,8 +22,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from rxgraph import END, START, MemorySaver, RunnableConfig, StateGraph
-from rxgraph.checkpoint.base import CheckpointSaver
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph.checkpoint._base import CheckpointSaver
+from rxgraph.checkpoint._sqlite import SqliteSaver
 
 from ._common import NOT_INSTALLED, BenchResult, Figure, Sizes, Target, interleave, median, timed, us
 

@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
-from .checkpoint.base import Checkpoint
+from .checkpoint import Checkpoint
 from .errors import CheckpointDecodeError, RxGraphError
 
 __all__ = ["main"]
@@ -77,7 +77,7 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _open(db: str) -> Any:
-    from .checkpoint.sqlite import SqliteSaver
+    from .checkpoint import SqliteSaver
 
     path = Path(db)
     if not path.is_file():

@@ -28,8 +28,8 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 
 from rxgraph import END, START, CheckpointConflictError, CompiledGraph, GraphRecursionError, NodeOutput, StreamingOutput
-from rxgraph.graph.run_context import RunContext
-from rxgraph.graph.safety import HistorySafety
+from rxgraph.graph._run_context import RunContext
+from rxgraph.graph._safety import HistorySafety
 
 __all__ = ["reference_stream"]
 

@@ -1,9 +1,9 @@
 """Agents: a chat model and its tools, run as a graph with atomic turns."""
 
 from ..errors import MaxIterationsError
-from .model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
-from .react import AgentInput, ReactAgent
-from .tools import Tool, ToolInputError, tool
+from ._model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
+from ._react import AgentInput, ReactAgent
+from ._tools import Tool, ToolInputError, tool
 
 __all__ = [
     "AgentInput",

@@ -1,10 +1,10 @@
 """Checkpoints and the savers that store them."""
 
 from ..errors import IncompatibleDatabaseError
-from .base import Checkpoint, CheckpointSaver, CheckpointSource
-from .memory import MemorySaver
-from .serde import Serde, default_serde
-from .sqlite import SqliteSaver, SqliteSaverStats
+from ._base import Checkpoint, CheckpointSaver, CheckpointSource
+from ._memory import MemorySaver
+from ._serde import Serde, default_serde, register
+from ._sqlite import SqliteSaver, SqliteSaverStats
 
 __all__ = [
     "Checkpoint",
@@ -16,4 +16,5 @@ __all__ = [
     "SqliteSaver",
     "SqliteSaverStats",
     "default_serde",
+    "register",
 ]

@@ -14,12 +14,12 @@ from typing import TextIO
 
 from reactivex import Observable
 
-from ..agent.model import ChatChunk, ToolSpec
-from ..agent.react import ReactAgent
-from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..checkpoint.sqlite import SqliteSaver
-from ..messages.rules import check_request
-from ..messages.types import AssistantMessage, Message, ToolMessage, UserMessage
+from ..agent._model import ChatChunk, ToolSpec
+from ..agent._react import ReactAgent
+from ..checkpoint._base import Checkpoint, CheckpointSaver
+from ..checkpoint._sqlite import SqliteSaver
+from ..messages._rules import check_request
+from ..messages._types import AssistantMessage, Message, ToolMessage, UserMessage
 from ..testing import CancellationHarness, ScriptedTool, dispose_at, finish, marbles, text, tool_call
 
 __all__ = ["DemoModel", "run_demo"]

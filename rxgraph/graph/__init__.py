@@ -1,12 +1,12 @@
 """Building and running graphs."""
 
 from .._frozen import FrozenDict, FrozenList
-from .builder import StateGraph
-from .compiled import CompiledGraph
-from .config import MultitaskPolicy, RunnableConfig
-from .constants import END, START
-from .outputs import NodeOutput, StateSnapshot, StreamingOutput
-from .state import KeyStrategy
+from ._builder import StateGraph
+from ._compiled import CompiledGraph
+from ._config import MultitaskPolicy, RunnableConfig
+from ._constants import END, START
+from ._outputs import NodeOutput, StateSnapshot, StreamingOutput
+from ._state import KeyStrategy
 
 __all__ = [
     "END",

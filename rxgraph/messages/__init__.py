@@ -1,8 +1,8 @@
 """Chat messages, the sequence rules a history must follow, and the OpenAI wire format."""
 
 from rxgraph.errors import UnsafeHistoryError
-from rxgraph.messages.openai import from_openai, to_openai
-from rxgraph.messages.rules import (
+from rxgraph.messages._openai import from_openai, to_openai
+from rxgraph.messages._rules import (
     SequenceViolation,
     check_ready_for_user_input,
     check_request,
@@ -10,7 +10,7 @@ from rxgraph.messages.rules import (
     readiness_violations,
     sequence_violations,
 )
-from rxgraph.messages.types import (
+from rxgraph.messages._types import (
     AssistantMessage,
     Message,
     SystemMessage,

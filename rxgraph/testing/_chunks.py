@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..agent.model import ChatChunk, ToolCallDelta
+from ..agent._model import ChatChunk, ToolCallDelta
 
 __all__ = ["finish", "text", "tool_call"]
 

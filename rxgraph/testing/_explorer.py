@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..checkpoint.memory import MemorySaver
+from ..checkpoint._base import Checkpoint, CheckpointSaver
+from ..checkpoint._memory import MemorySaver
 from ..errors import UnsafeHistoryError
-from ..graph.config import RunnableConfig
-from ..messages.rules import check_request
-from ..messages.types import UserMessage
+from ..graph._config import RunnableConfig
+from ..messages._rules import check_request
+from ..messages._types import UserMessage
 from ._harness import (
     CancellationHarness,
     CancelSpec,

@@ -12,11 +12,11 @@ from reactivex import operators as ops
 from reactivex.scheduler import VirtualTimeScheduler
 from reactivex.testing import TestScheduler
 
-from ..checkpoint.base import Checkpoint, CheckpointSaver
-from ..checkpoint.memory import MemorySaver
-from ..graph.compiled import CompiledGraph
-from ..graph.config import RunnableConfig
-from ..graph.outputs import NodeOutput, StreamingOutput
+from ..checkpoint._base import Checkpoint, CheckpointSaver
+from ..checkpoint._memory import MemorySaver
+from ..graph._compiled import CompiledGraph
+from ..graph._config import RunnableConfig
+from ..graph._outputs import NodeOutput, StreamingOutput
 from ..rx import SignalType, do_finally
 from ._recording import Event, Recorder, RecordingSaver
 from ._timeline import render_timeline

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from reactivex.scheduler import VirtualTimeScheduler
 
-from ..checkpoint.base import Checkpoint, CheckpointSaver
+from ..checkpoint._base import Checkpoint, CheckpointSaver
 
 __all__ = ["DelegatingSaver", "Event", "EventKind", "Recorder", "RecordingSaver"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import reactivex as rx
 from reactivex import Observable
 
-from ..agent.model import ChatChunk, ToolSpec
-from ..messages.types import Message
+from ..agent._model import ChatChunk, ToolSpec
+from ..messages._types import Message
 
 __all__ = ["ModelRequest", "Script", "ScriptExhaustedError", "ScriptedChatModel", "marbles"]
 

@@ -107,8 +107,8 @@ def _short(value: Any, limit: int = 70) -> str:
 
 def _describe(value: Any) -> str:
     # Compact forms for the chunk types rxgraph streams; anything else by its repr.
-    from ..agent.model import ChatChunk
-    from ..messages.types import ToolMessage
+    from ..agent._model import ChatChunk
+    from ..messages._types import ToolMessage
 
     if isinstance(value, ChatChunk):
         parts = [f"text({value.content!r})"] if value.content else []

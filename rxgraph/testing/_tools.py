@@ -8,8 +8,8 @@ from typing import Any
 
 from reactivex import Observable
 
-from ..agent.model import ToolSpec
-from ..agent.tools import Tool, json_object
+from ..agent._model import ToolSpec
+from ..agent._tools import Tool, json_object
 from ._scripted import Script, ScriptExhaustedError
 
 __all__ = ["ScriptedTool"]

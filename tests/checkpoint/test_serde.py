@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import rxgraph
 from rxgraph import FrozenDict, FrozenList
-from rxgraph.checkpoint import Serde, default_serde
-from rxgraph.checkpoint import serde as serde_module
+from rxgraph.checkpoint import Serde, default_serde, register
 from rxgraph.errors import RxGraphError, SerializationError
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
@@ -191,9 +190,9 @@ def test_the_module_level_registry_serves_every_saver_by_default() -> None:
         n: int
 
     name = "tests.checkpoint.Ping"
-    assert serde_module.register(Ping, name) is Ping
+    assert register(Ping, name) is Ping
     assert default_serde.registered[name] is Ping
-    assert serde_module.loads(serde_module.dumps(Ping(n=1))) == Ping(n=1)
+    assert default_serde.loads(default_serde.dumps(Ping(n=1))) == Ping(n=1)
 
 
 def test_non_finite_floats_inside_a_model_are_refused() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import rxgraph
 from rxgraph import END, START, Checkpoint, KeyStrategy, RunnableConfig, StateGraph
-from rxgraph.checkpoint.sqlite import SqliteSaver
+from rxgraph.checkpoint._sqlite import SqliteSaver
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
 
 # The package under test, importable from any working directory (installed or not).

@@ -27,7 +27,7 @@ from rxgraph import (
     StateGraph,
     ThreadBusyError,
 )
-from rxgraph.graph.slots import slots_for
+from rxgraph.graph._slots import slots_for
 from rxgraph.rx import SignalType, do_finally
 from rxgraph.testing import DelegatingSaver
 

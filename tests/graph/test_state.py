@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rxgraph import END, START, FrozenDict, FrozenList, KeyStrategy, MemorySaver, NodeOutput, RunnableConfig, StateGraph
-from rxgraph.graph.state import StateSchema
+from rxgraph.graph._state import StateSchema
 
 
 def test_replace_append_and_merge() -> None:

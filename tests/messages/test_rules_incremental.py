@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from rxgraph.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage, readiness_violations
-from rxgraph.messages.rules import readiness_from
+from rxgraph.messages._rules import readiness_from
 
 ALPHABET: list[Message] = [
     UserMessage(content="u"),

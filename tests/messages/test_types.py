@@ -2,7 +2,7 @@ import pydantic
 import pytest
 
 from rxgraph.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from rxgraph.messages.types import MESSAGE_ADAPTER, MESSAGES_ADAPTER, parse_message, parse_messages
+from rxgraph.messages._types import MESSAGE_ADAPTER, MESSAGES_ADAPTER, parse_message, parse_messages
 
 
 def _call(call_id: str = "c1") -> ToolCall:

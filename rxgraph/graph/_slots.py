@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from ..errors import ThreadBusyError
 
 if TYPE_CHECKING:
-    from ..checkpoint.base import CheckpointSaver
-    from .config import MultitaskPolicy
+    from ..checkpoint._base import CheckpointSaver
+    from ._config import MultitaskPolicy
 
 __all__ = ["Claim", "RunSlots", "SlotHolder", "slots_for"]
 

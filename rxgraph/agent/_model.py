@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from reactivex import Observable
 
-from ..messages.types import AssistantMessage, Message, ToolCall
+from ..messages._types import AssistantMessage, Message, ToolCall
 
 __all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
 

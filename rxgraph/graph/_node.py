@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from reactivex import Observable
 
 if TYPE_CHECKING:
-    from .config import RunnableConfig
+    from ._config import RunnableConfig
 
 __all__ = ["NodeAction", "NodeResult", "NodeSpec", "Reducer"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from ..errors import GraphValidationError
-from .constants import END
+from ._constants import END
 
 __all__ = ["Branch", "Route"]
 

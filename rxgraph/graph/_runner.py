@@ -48,15 +48,15 @@ from reactivex.scheduler import CurrentThreadScheduler
 
 from ..errors import CheckpointConflictError, GraphRecursionError, RunInterruptedError, ThreadBusyError
 from ..rx._subscribe import subscribe_source
-from .constants import END, START
-from .node import NodeSpec
-from .outputs import NodeOutput, StreamingOutput
-from .run_context import RunContext
-from .slots import RunSlots, slots_for
+from ._constants import END, START
+from ._node import NodeSpec
+from ._outputs import NodeOutput, StreamingOutput
+from ._run_context import RunContext
+from ._slots import RunSlots, slots_for
 
 if TYPE_CHECKING:
-    from .compiled import CompiledGraph
-    from .config import MultitaskPolicy, RunnableConfig
+    from ._compiled import CompiledGraph
+    from ._config import MultitaskPolicy, RunnableConfig
 
 __all__ = ["Run"]
 

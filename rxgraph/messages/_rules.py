@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rxgraph.errors import UnsafeHistoryError
-from rxgraph.messages.types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from rxgraph.messages._types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 __all__ = [
     "SequenceViolation",

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._frozen import FrozenList
-from ..messages.rules import readiness_from
-from ..messages.types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ..messages._rules import readiness_from
+from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 
 __all__ = ["HistorySafety"]
 

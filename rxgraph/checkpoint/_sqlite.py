@@ -8,7 +8,7 @@ length of a list), so writing a step costs what changed in it, not the length of
 - any other value is a row of ``blobs``; a value that is the very object the parent (or another recently stored or
   read checkpoint) had reuses that row.
 
-Values are JSON through :class:`~rxgraph.checkpoint.serde.Serde` (no pickle). Each ``put`` is one ``BEGIN
+Values are JSON through :class:`~rxgraph.checkpoint.Serde` (no pickle). Each ``put`` is one ``BEGIN
 IMMEDIATE`` transaction that reads the thread's head row and writes only if it is the expected one, so the
 compare-and-set holds across threads and processes sharing the file.
 """
@@ -31,9 +31,9 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
 from ..errors import CheckpointConflictError, CheckpointDecodeError, IncompatibleDatabaseError
+from ._base import Checkpoint, CheckpointSaver
+from ._serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 from ._sqlite_schema import Migration, prepare
-from .base import Checkpoint, CheckpointSaver
-from .serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
 
@@ -140,7 +140,7 @@ class SqliteSaver(CheckpointSaver):
     """A checkpoint saver on an SQLite file; several threads and several processes may share one file.
 
     ``path`` is the database file (created with its schema when new; ``":memory:"`` works for a private, unshared
-    database). ``serde`` is the type registry for values (default: :data:`~rxgraph.checkpoint.serde.default_serde`).
+    database). ``serde`` is the type registry for values (default: :data:`~rxgraph.checkpoint.default_serde`).
     ``timeout`` is how long, in seconds, a call waits for a lock held by another thread or process before it
     raises. ``synchronous`` is SQLite's durability setting: ``"NORMAL"`` (the default, with WAL) survives a killed
     process; ``"FULL"`` also survives a power cut, at the cost of a disk flush per ``put``. ``cache_size`` bounds

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..checkpoint.base import Checkpoint
+    from ..checkpoint._base import Checkpoint
 
 __all__ = ["NodeOutput", "StateSnapshot", "StreamingOutput"]
 

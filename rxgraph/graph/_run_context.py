@@ -18,8 +18,8 @@ import uuid
 from types import MappingProxyType
 from typing import Any
 
-from ..checkpoint.base import Checkpoint, CheckpointSaver, CheckpointSource
-from .safety import HistorySafety
+from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource
+from ._safety import HistorySafety
 
 __all__ = ["RunContext"]
 

@@ -6,7 +6,7 @@ import builtins
 import threading
 
 from ..errors import CheckpointConflictError
-from .base import Checkpoint, CheckpointSaver
+from ._base import Checkpoint, CheckpointSaver
 
 __all__ = ["MemorySaver"]
 

@@ -11,17 +11,17 @@ from pydantic import BaseModel
 from reactivex import Observable
 from reactivex import operators as ops
 
-from ..checkpoint.base import CheckpointSaver
+from ..checkpoint._base import CheckpointSaver
 from ..errors import MaxIterationsError
-from ..graph.builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
-from ..graph.compiled import CompiledGraph
-from ..graph.config import MultitaskPolicy, RunnableConfig
-from ..graph.constants import END, START
-from ..graph.outputs import NodeOutput, StateSnapshot
-from ..graph.state import KeyStrategy
-from ..messages.types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from .model import ChatChunk, ChatModel, merge_chunks
-from .tools import Tool, ToolInputError, tool
+from ..graph._builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
+from ..graph._compiled import CompiledGraph
+from ..graph._config import MultitaskPolicy, RunnableConfig
+from ..graph._constants import END, START
+from ..graph._outputs import NodeOutput, StateSnapshot
+from ..graph._state import KeyStrategy
+from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ._model import ChatChunk, ChatModel, merge_chunks
+from ._tools import Tool, ToolInputError, tool
 
 __all__ = ["AgentInput", "ReactAgent"]
 

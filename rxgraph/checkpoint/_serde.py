@@ -42,7 +42,7 @@ from pydantic import BaseModel
 
 from .._frozen import FrozenDict, FrozenList
 from ..errors import SerializationError
-from ..messages.types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["Serde", "default_serde", "dumps", "loads", "register"]
 
@@ -221,12 +221,12 @@ class Serde:
         if isinstance(value, BaseModel):
             return (
                 f"the pydantic model {_qualname(kind)} is not registered; register it with "
-                f"rxgraph.checkpoint.serde.register({kind.__name__}) (or on the Serde given to the saver)"
+                f"rxgraph.checkpoint.register({kind.__name__}) (or on the Serde given to the saver)"
             )
         return (
             f"a value of type {_qualname(kind)} cannot be stored; state values must be None, bool, int, float, "
             "str, bytes, lists, tuples, sets, str-keyed dicts, or registered pydantic models: convert it, or wrap "
-            "it in a pydantic model and register that with rxgraph.checkpoint.serde.register(...)"
+            "it in a pydantic model and register that with rxgraph.checkpoint.register(...)"
         )
 
     def _decode(self, obj: Any) -> Any:

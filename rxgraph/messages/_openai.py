@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rxgraph.messages.types import (
+from rxgraph.messages._types import (
     AssistantMessage,
     Message,
     SystemMessage,

@@ -14,23 +14,23 @@ from reactivex import Observable, abc
 from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
-from ..checkpoint.base import Checkpoint, CheckpointSaver
+from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..errors import CheckpointNotFoundError, DeadlockError, GraphValidationError, UnsafeHistoryError
 from ..rx import SignalType, do_finally, do_on_cancel
 from ..rx._subscribe import subscribe_source
-from .config import MultitaskPolicy, RunnableConfig
-from .constants import END
-from .edges import Branch
-from .node import NodeSpec
-from .outputs import NodeOutput, StateSnapshot
-from .run_context import RunContext
-from .runner import Run
-from .safety import HistorySafety
-from .slots import slots_for
-from .state import StateSchema
+from ._config import MultitaskPolicy, RunnableConfig
+from ._constants import END
+from ._edges import Branch
+from ._node import NodeSpec
+from ._outputs import NodeOutput, StateSnapshot
+from ._run_context import RunContext
+from ._runner import Run
+from ._safety import HistorySafety
+from ._slots import slots_for
+from ._state import StateSchema
 
 if TYPE_CHECKING:
-    from .builder import CancelPolicy, UnsafeHeadPolicy
+    from ._builder import CancelPolicy, UnsafeHeadPolicy
 
 __all__ = ["CompiledGraph"]
 

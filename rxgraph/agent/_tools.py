@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from reactivex import Observable
 from reactivex import operators as ops
 
-from .model import ToolSpec
+from ._model import ToolSpec
 
 __all__ = ["Tool", "ToolInputError", "tool"]
 

@@ -6,18 +6,18 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Self
 
 from ..errors import GraphValidationError
-from .config import MultitaskPolicy
-from .constants import END, RESERVED_NAMES, START
-from .edges import Branch, Route
-from .node import NodeAction, NodeSpec, Reducer
-from .state import KeyStrategy, StateSchema
+from ._config import MultitaskPolicy
+from ._constants import END, RESERVED_NAMES, START
+from ._edges import Branch, Route
+from ._node import NodeAction, NodeSpec, Reducer
+from ._state import KeyStrategy, StateSchema
 
 UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
 CancelPolicy = Literal["rewind", "keep"]
 
 if TYPE_CHECKING:
-    from ..checkpoint.base import CheckpointSaver
-    from .compiled import CompiledGraph
+    from ..checkpoint._base import CheckpointSaver
+    from ._compiled import CompiledGraph
 
 __all__ = ["StateGraph"]
 
@@ -109,7 +109,7 @@ class StateGraph:
         Raises ``GraphValidationError`` naming the problem (unknown node in an edge, no edge from START, a node with
         no way out, several ways out of one node).
         """
-        from .compiled import CompiledGraph
+        from ._compiled import CompiledGraph
 
         return CompiledGraph(
             schema=self._schema,
