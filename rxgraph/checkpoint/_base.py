@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._frozen import freeze
 
-__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource"]
+__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "new_checkpoint"]
 
 CheckpointSource = Literal["input", "loop", "rewind", "update"]
 """Why a checkpoint was written: the input merged at START, a node finished, a cancelled turn was rewound, or a
@@ -55,13 +55,44 @@ class Checkpoint(BaseModel):
     def _freeze_values(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
         return MappingProxyType({str(k): freeze(v) for k, v in values.items()})
 
-    @classmethod
-    def _trusted(cls, **fields: Any) -> Checkpoint:
-        """Build without validation, for the engine's hot path: ``values`` must already be a read-only mapping of
-        frozen values (the engine's merged states are), and the other fields already checked."""
-        fields.setdefault("created_at", datetime.now(UTC))
-        fields.setdefault("parent_id", None)
-        return cls.model_construct(**fields)
+
+def new_checkpoint(
+    *,
+    id: str,
+    thread_id: str,
+    seq: int,
+    parent_id: str | None,
+    values: Mapping[str, Any],
+    node: str | None,
+    next: tuple[str, ...],
+    run_id: str,
+    source: CheckpointSource,
+    safe: bool,
+    unsafe_reason: str | None,
+    rolled_back_from: str | None,
+    created_at: datetime | None = None,
+) -> Checkpoint:
+    """A checkpoint built without validation: the one constructor for the engine's writes and the savers' reads.
+
+    The caller vouches for every field — ``values`` above all, which must already be a read-only mapping of frozen
+    values (the engine's merged states are, and so are a saver's decoded ones). Validating would copy and re-freeze
+    the whole state on every write; users build checkpoints with ``Checkpoint(...)``, which validates.
+    """
+    return Checkpoint.model_construct(
+        id=id,
+        thread_id=thread_id,
+        seq=seq,
+        parent_id=parent_id,
+        values=values,
+        node=node,
+        next=next,
+        run_id=run_id,
+        source=source,
+        created_at=created_at if created_at is not None else datetime.now(UTC),
+        safe=safe,
+        unsafe_reason=unsafe_reason,
+        rolled_back_from=rolled_back_from,
+    )
 
 
 class CheckpointSaver(abc.ABC):

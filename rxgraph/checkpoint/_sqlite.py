@@ -31,7 +31,7 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
 from ..errors import CheckpointConflictError, CheckpointDecodeError, IncompatibleDatabaseError
-from ._base import Checkpoint, CheckpointSaver
+from ._base import Checkpoint, CheckpointSaver, new_checkpoint
 from ._serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 from ._sqlite_schema import Migration, prepare
 
@@ -474,7 +474,7 @@ class SqliteSaver(CheckpointSaver):
                     raise ValueError(f"key {key!r} has an invalid manifest entry {ref!r}")
                 values[key] = self._read_list(tail, length, _list_hint(hint, key))
                 refs[key] = (tail, length)
-            checkpoint = Checkpoint._trusted(
+            checkpoint = new_checkpoint(
                 id=cid,
                 thread_id=thread_id,
                 seq=seq,

@@ -18,7 +18,7 @@ import uuid
 from types import MappingProxyType
 from typing import Any
 
-from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource
+from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource, new_checkpoint
 from ._safety import HistorySafety
 
 __all__ = ["RunContext"]
@@ -93,14 +93,14 @@ class RunContext:
         ``values`` must be a state built by the schema's merge (frozen values, never mutated afterwards).
         Raises ``CheckpointConflictError`` when another writer moved the head since this run last wrote.
         """
-        saver = self.saver
-        if saver is None or self.cancelled:
+        saver, thread_id = self.saver, self.thread_id
+        if saver is None or thread_id is None or self.cancelled:
             return None
         head = self.head
         safe, unsafe_reason = self.safety.assess(values)
-        checkpoint = Checkpoint._trusted(
+        checkpoint = new_checkpoint(
             id=uuid.uuid4().hex,
-            thread_id=self.thread_id,
+            thread_id=thread_id,
             seq=head.seq + 1 if head is not None else 1,
             parent_id=self.parent_id,
             values=MappingProxyType(values),
@@ -138,15 +138,16 @@ class RunContext:
         """
         saver = self.saver
         with self._lock:  # any write in flight lands first; every later one sees the cancelled flag
-            if saver is None or not self.started:
+            thread_id = self.thread_id
+            if saver is None or thread_id is None or not self.started:
                 return None
             target, start = self.rewind_to, self.start_head
             if not self.wrote and (target.id if target else None) == (start.id if start else None):
                 return None  # the run wrote nothing and the head already is the pre-turn state
             head = self.head
-            checkpoint = Checkpoint._trusted(
+            checkpoint = new_checkpoint(
                 id=uuid.uuid4().hex,
-                thread_id=self.thread_id,
+                thread_id=thread_id,
                 seq=head.seq + 1 if head is not None else 1,
                 parent_id=target.id if target is not None else None,
                 values=target.values if target is not None else MappingProxyType({}),

@@ -29,6 +29,7 @@ from rxgraph import (
     RunnableConfig,
 )
 from rxgraph.checkpoint import SqliteSaver
+from rxgraph.checkpoint._base import new_checkpoint
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage, check_request
 
 
@@ -315,7 +316,7 @@ def test_a_checkpoint_can_hold_the_values_of_an_older_one(kit: SaverKit) -> None
         Checkpoint(id="b", thread_id="t", seq=2, parent_id="a", values=grown, run_id="r", source="loop", safe=False),
         expected_head="a",
     )
-    rewind = Checkpoint._trusted(
+    rewind = new_checkpoint(
         id="c", thread_id="t", seq=3, parent_id="b", values=base.values, run_id="r", source="rewind", next=()
     )
     saver.put(rewind, expected_head="b")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, field_serializer
 from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableConfig
 from rxgraph._frozen import freeze
 from rxgraph.checkpoint import IncompatibleDatabaseError, Serde, SqliteSaver
+from rxgraph.checkpoint._base import new_checkpoint
 from rxgraph.errors import CheckpointDecodeError, SerializationError
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage, check_request
 
@@ -248,11 +249,11 @@ def test_a_rewind_to_an_earlier_state_costs_no_copy(saver: SqliteSaver) -> None:
     grown["messages"] = base.values["messages"].extended([UserMessage(content="half a turn")])
     grown["turns"] = 251
     saver.put(
-        Checkpoint._trusted(id="g", thread_id="t", seq=2, parent_id=base.id, values=grown, run_id="r", source="loop"),
+        new_checkpoint(id="g", thread_id="t", seq=2, parent_id=base.id, values=grown, run_id="r", source="loop"),
         expected_head=base.id,
     )
     before = saver.stats
-    rewind = Checkpoint._trusted(
+    rewind = new_checkpoint(
         id="r", thread_id="t", seq=3, parent_id="g", values=base.values, run_id="r", source="rewind"
     )
     saver.put(rewind, expected_head="g")
