@@ -18,8 +18,8 @@ from .errors import CheckpointDecodeError, RxGraphError
 __all__ = ["main"]
 
 
-class CliError(Exception):
-    """A problem to report to the user in one line (exit status 1)."""
+class CliError(RxGraphError):
+    """A problem to report to the user in one line (exit status 1): a bad option value, a missing file or thread."""
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args, out))
-    except (CliError, RxGraphError, sqlite3.DatabaseError) as error:
+    except (RxGraphError, sqlite3.DatabaseError) as error:
         print(f"rxgraph {args.command}: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:

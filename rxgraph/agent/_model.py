@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from reactivex import Observable
 
+from ..errors import InvalidTypeError, MessageFormatError
 from ..messages._types import AssistantMessage, Message, ToolCall
 
 __all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
@@ -74,13 +75,16 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
 
     Text is concatenated in order. Tool-call deltas are grouped by ``index`` (calls may interleave): the id and
     name come from the first delta that has them, the arguments are the concatenation of every delta's piece.
-    Calls are ordered by index. Raises ``ValueError`` naming the index when a call never received an id or a name.
+    Calls are ordered by index. Raises ``MessageFormatError`` naming the index when a call never received an id
+    or a name.
     """
     text: list[str] = []
     calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]
     for chunk in chunks:
         if not isinstance(chunk, ChatChunk):
-            raise TypeError(f"a chat model must stream ChatChunk values, got {type(chunk).__name__}")
+            raise InvalidTypeError(
+                f"a chat model must stream ChatChunk values, got {type(chunk).__name__}", argument="chunks"
+            )
         if chunk.content:
             text.append(chunk.content)
         for delta in chunk.tool_calls:
@@ -98,6 +102,6 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
         call_id, name, pieces = calls[index]
         if not call_id or not name:
             missing = "an id" if not call_id else "a name"
-            raise ValueError(f"the model streamed tool call #{index} without {missing}")
+            raise MessageFormatError(f"the model streamed tool call #{index} without {missing}", index=index)
         tool_calls.append(ToolCall(id=call_id, name=name, arguments="".join(pieces)))
     return AssistantMessage(content="".join(text), tool_calls=tuple(tool_calls))

@@ -12,16 +12,16 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from ..checkpoint._base import CheckpointSaver
-from ..errors import MaxIterationsError
-from ..graph._builder import CancelPolicy, StateGraph, UnsafeHeadPolicy
+from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
+from ..graph._builder import StateGraph
 from ..graph._compiled import CompiledGraph
-from ..graph._config import MultitaskPolicy, RunnableConfig
+from ..graph._config import CancelPolicy, MultitaskPolicy, RunnableConfig, UnsafeHeadPolicy
 from ..graph._constants import END, START
-from ..graph._outputs import NodeOutput, StateSnapshot
+from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._state import KeyStrategy
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._model import ChatChunk, ChatModel, merge_chunks
-from ._tools import Tool, ToolInputError, tool
+from ._tools import Tool, tool
 
 __all__ = ["AgentInput", "ReactAgent"]
 
@@ -58,16 +58,22 @@ class ReactAgent:
         multitask: MultitaskPolicy = "enqueue",
     ) -> None:
         if not hasattr(model, "stream"):
-            raise TypeError(f"model must have a stream(messages, tools) method, got {type(model).__name__}")
+            raise InvalidTypeError(
+                f"model must have a stream(messages, tools) method, got {type(model).__name__}", argument="model"
+            )
         if max_iterations < 1:
-            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+            raise InvalidArgumentError(
+                f"max_iterations must be at least 1, got {max_iterations}", argument="max_iterations"
+            )
         self.model = model
         self.tools: Mapping[str, Tool] = {}
         registry: dict[str, Tool] = {}
         for item in tools:
             wrapped = item if isinstance(item, Tool) else tool(item)
             if wrapped.name in registry:
-                raise ValueError(f"two tools are named {wrapped.name!r}; tool names must be unique")
+                raise InvalidArgumentError(
+                    f"two tools are named {wrapped.name!r}; tool names must be unique", argument="tools"
+                )
             registry[wrapped.name] = wrapped
         self.tools = registry
         self.system_prompt = system_prompt
@@ -85,7 +91,7 @@ class ReactAgent:
 
     # -- running -----------------------------------------------------------------------------------------------
 
-    def stream(self, input: AgentInput, config: RunnableConfig | None = None) -> Observable[NodeOutput]:
+    def stream(self, input: AgentInput, config: RunnableConfig | None = None) -> Observable[RunOutput]:
         """A cold Observable of one turn: ``StreamingOutput``s with the model's ``ChatChunk``s and the tools'
         ``ToolMessage``s as they come, and a ``NodeOutput`` after each node."""
         return self.graph.stream({"messages": _user_messages(input)}, self._config(config))
@@ -183,9 +189,11 @@ def _user_messages(input: AgentInput) -> list[Message]:
     messages = list(input)
     for index, message in enumerate(messages):
         if not isinstance(message, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
-            raise TypeError(f"agent input #{index}: expected an rxgraph message, got {type(message).__name__}")
+            raise InvalidTypeError(
+                f"agent input #{index}: expected an rxgraph message, got {type(message).__name__}", argument="input"
+            )
     if not messages:
-        raise ValueError("an agent turn needs at least one message")
+        raise InvalidArgumentError("an agent turn needs at least one message", argument="input")
     return messages
 
 

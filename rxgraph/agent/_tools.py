@@ -12,13 +12,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from reactivex import Observable
 from reactivex import operators as ops
 
+from ..errors import InvalidArgumentError, InvalidTypeError, ToolInputError
 from ._model import ToolSpec
 
-__all__ = ["Tool", "ToolInputError", "tool"]
-
-
-class ToolInputError(ValueError):
-    """The arguments a model sent for a tool are not valid (bad JSON, or failing the tool's schema)."""
+__all__ = ["Tool", "tool"]
 
 
 class Tool:
@@ -31,11 +28,13 @@ class Tool:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> None:
         if not callable(fn):
-            raise TypeError(f"a tool wraps a function, got {type(fn).__name__}")
+            raise InvalidTypeError(f"a tool wraps a function, got {type(fn).__name__}", argument="fn")
         self.fn = fn
         self.name = name or fn.__name__
         if not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"tool name {self.name!r} must contain only letters, digits, '_' and '-'")
+            raise InvalidArgumentError(
+                f"tool name {self.name!r} must contain only letters, digits, '_' and '-'", argument="name"
+            )
         self.description = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         self._arguments = _arguments_model(fn, self.name)
         schema = self._arguments.model_json_schema()
@@ -50,14 +49,14 @@ class Tool:
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
         """The validated keyword arguments for the function, from the model's JSON text (``""`` means ``{}``)."""
-        raw = json_object(arguments)
+        raw = json_object(arguments, self.name)
         try:
             validated = self._arguments.model_validate(raw)
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
             )
-            raise ToolInputError(f"the arguments do not match the tool's schema: {problems}") from None
+            raise ToolInputError(f"the arguments do not match the tool's schema: {problems}", tool=self.name) from None
         return {field: getattr(validated, field) for field in type(validated).model_fields}
 
     def run(self, **arguments: Any) -> Observable[Any]:
@@ -74,15 +73,17 @@ class Tool:
         return rx.defer(lambda _: self.run(**self.parse_arguments(arguments)))
 
 
-def json_object(arguments: str) -> dict[str, Any]:
-    """The JSON object a model sent as a tool's arguments (``""`` means ``{}``), or ``ToolInputError`` saying why
-    it is not one."""
+def json_object(arguments: str, tool_name: str) -> dict[str, Any]:
+    """The JSON object a model sent as the arguments of tool ``tool_name`` (``""`` means ``{}``), or
+    ``ToolInputError`` saying why it is not one."""
     try:
         raw = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError as error:
-        raise ToolInputError(f"the arguments are not valid JSON ({error.msg} at position {error.pos})") from None
+        raise ToolInputError(
+            f"the arguments are not valid JSON ({error.msg} at position {error.pos})", tool=tool_name
+        ) from None
     if not isinstance(raw, dict):
-        raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}")
+        raise ToolInputError(f"the arguments must be a JSON object, got {type(raw).__name__}", tool=tool_name)
     return raw
 
 
@@ -91,13 +92,17 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     try:
         hints = get_type_hints(fn)
     except Exception as error:
-        raise TypeError(f"tool {name!r}: cannot resolve the type hints of its parameters ({error})") from error
+        raise InvalidTypeError(
+            f"tool {name!r}: cannot resolve the type hints of its parameters ({error})", argument="fn"
+        ) from error
     fields: dict[str, Any] = {}
     for parameter in signature.parameters.values():
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"tool {name!r}: *args and **kwargs cannot be described to a model; name each argument")
+            raise InvalidTypeError(
+                f"tool {name!r}: *args and **kwargs cannot be described to a model; name each argument", argument="fn"
+            )
         if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
-            raise TypeError(f"tool {name!r}: positional-only parameters cannot be passed by name")
+            raise InvalidTypeError(f"tool {name!r}: positional-only parameters cannot be passed by name", argument="fn")
         annotation = hints.get(parameter.name, Any)
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rxgraph.errors import InvalidTypeError, MessageFormatError
 from rxgraph.messages._types import (
     AssistantMessage,
     Message,
@@ -57,7 +58,9 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 entry["name"] = message.name
             out.append(entry)
         else:
-            raise TypeError(f"message {i}: expected an rxgraph message, got {type(message).__name__}")
+            raise InvalidTypeError(
+                f"message {i}: expected an rxgraph message, got {type(message).__name__}", argument="messages"
+            )
     return out
 
 
@@ -66,21 +69,21 @@ def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
 
     ``content`` may be a string, ``None`` (read as ``""``) or a list of text parts, which are concatenated.
     Keys this package has no field for, such as ``refusal`` or ``annotations`` on responses, are ignored.
-    Raises ``ValueError`` naming the index for anything else: an unknown role (including the legacy
+    Raises ``MessageFormatError`` naming the index for anything else: an unknown role (including the legacy
     ``"function"`` role), a non-text content part, a tool call whose type is not ``"function"``, or a missing
     or mistyped field.
     """
     messages: list[Message] = []
     for i, entry in enumerate(payload):
         if not isinstance(entry, Mapping):
-            raise ValueError(f"message {i}: expected an object, got {type(entry).__name__}")
+            raise MessageFormatError(f"message {i}: expected an object, got {type(entry).__name__}", index=i)
         try:
             messages.append(_parse_entry(entry))
         except ValidationError as exc:
             details = "; ".join(_format_error(error) for error in exc.errors())
-            raise ValueError(f"message {i}: {details}") from exc
+            raise MessageFormatError(f"message {i}: {details}", index=i) from exc
         except _EntryError as exc:
-            raise ValueError(f"message {i}: {exc}") from None
+            raise MessageFormatError(f"message {i}: {exc}", index=i) from None
     return messages
 
 

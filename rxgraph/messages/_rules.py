@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rxgraph.errors import UnsafeHistoryError
+from rxgraph.errors import InvalidArgumentError, InvalidTypeError, UnsafeHistoryError
 from rxgraph.messages._types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 __all__ = [
@@ -145,9 +145,10 @@ def _scan(messages: Sequence[Message], start: int = 0) -> tuple[list[SequenceVio
             continue
 
         if not isinstance(message, _NON_TOOL_TYPES):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"message {i}: expected an rxgraph message (SystemMessage, UserMessage, AssistantMessage or "
-                f"ToolMessage), got {type(message).__name__}"
+                f"ToolMessage), got {type(message).__name__}",
+                argument="messages",
             )
 
         interrupted_ids = frozenset()
@@ -196,7 +197,7 @@ def _scan(messages: Sequence[Message], start: int = 0) -> tuple[list[SequenceVio
 def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
     """Every violation of rules 1-3, in message order. An empty list means a valid request body.
 
-    Raises ``TypeError`` naming the index if an element is not an rxgraph message.
+    Raises ``InvalidTypeError`` (a ``TypeError``) naming the index if an element is not an rxgraph message.
     """
     violations, _, _ = _scan(messages)
     return violations
@@ -218,7 +219,9 @@ def readiness_from(messages: Sequence[Message], start: int) -> tuple[list[Sequen
     history has grown. This is what lets a checkpoint record its safety in O(new messages), not O(history).
     """
     if not 0 <= start <= len(messages):
-        raise ValueError(f"start must be within the history (0..{len(messages)}), got {start}")
+        raise InvalidArgumentError(
+            f"start must be within the history (0..{len(messages)}), got {start}", argument="start"
+        )
     return _readiness(messages, start)
 
 
@@ -256,7 +259,7 @@ def _raise(violations: list[SequenceViolation], what: str) -> None:
         count = len(violations)
         lines = "\n".join(str(v) for v in violations)
         noun = "violation" if count == 1 else "violations"
-        raise UnsafeHistoryError(f"message history is not {what} ({count} {noun}):\n{lines}")
+        raise UnsafeHistoryError(f"message history is not {what} ({count} {noun}):\n{lines}", violations=violations)
 
 
 def check_request(messages: Sequence[Message]) -> None:

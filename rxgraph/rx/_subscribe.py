@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from ..errors import InvalidTypeError
+
 __all__ = ["as_disposable", "subscribe_source"]
 
 _T = TypeVar("_T")
@@ -83,9 +85,10 @@ def as_disposable(subscription: Any, source: object = None) -> abc.DisposableBas
         return _Teardown(dispose, source, once=False)
     if callable(subscription):
         return _Teardown(subscription, source, once=True)
-    raise TypeError(
+    raise InvalidTypeError(
         f"subscribing to {source!r} returned a {type(subscription).__name__}; a subscribe function returns a "
-        "Disposable, a callable or None"
+        "Disposable, a callable or None",
+        argument="subscription",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..agent._model import ChatChunk, ToolCallDelta
+from ..errors import InvalidArgumentError
 
 __all__ = ["finish", "text", "tool_call"]
 
@@ -27,7 +28,7 @@ def tool_call(
     the arguments, the others only more pieces — map them to successive marble letters.
     """
     if split < 1:
-        raise ValueError(f"split must be at least 1, got {split}")
+        raise InvalidArgumentError(f"split must be at least 1, got {split}", argument="split")
     if split == 1:
         return ChatChunk(tool_calls=(ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments),))
     size = -(-len(arguments) // split) if arguments else 0

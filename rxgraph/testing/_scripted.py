@@ -11,13 +11,24 @@ import reactivex as rx
 from reactivex import Observable
 
 from ..agent._model import ChatChunk, ToolSpec
+from ..errors import InvalidArgumentError, RxGraphError
 from ..messages._types import Message
 
 __all__ = ["ModelRequest", "Script", "ScriptExhaustedError", "ScriptedChatModel", "marbles"]
 
 
-class ScriptExhaustedError(AssertionError):
-    """A scripted model (or tool) was called more times than it has scripts."""
+class ScriptExhaustedError(RxGraphError, AssertionError):
+    """A scripted model (or tool) was called more times than it has scripts: the test's script is too short, or the
+    code under test calls the model (or tool) more often than the test expects.
+
+    ``call`` is the number of the call that found no script (1 for the first), ``scripts`` how many it was given.
+    An ``AssertionError`` too, so a test framework reports it as a failed expectation.
+    """
+
+    def __init__(self, message: str, *, call: int, scripts: int) -> None:
+        super().__init__(message)
+        self.call = call
+        self.scripts = scripts
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,7 @@ def marbles(diagram: str, *, error: Exception | None = None, timespan: float = 1
     """
     for letter in values:
         if len(letter) != 1:
-            raise ValueError(f"marble values are single letters, got {letter!r}")
+            raise InvalidArgumentError(f"marble values are single letters, got {letter!r}", argument=letter)
     return Script(diagram, values, error if error is not None else RuntimeError("scripted failure"), timespan)
 
 
@@ -86,7 +97,9 @@ class ScriptedChatModel:
             number = len(self.requests) + 1
             if number > len(self._scripts):
                 raise ScriptExhaustedError(
-                    f"ScriptedChatModel has no script for call #{number}: it was given {len(self._scripts)}"
+                    f"ScriptedChatModel has no script for call #{number}: it was given {len(self._scripts)}",
+                    call=number,
+                    scripts=len(self._scripts),
                 )
             self.requests.append(ModelRequest(tuple(messages), tuple(tools)))
             return self._scripts[number - 1].observable()

@@ -10,6 +10,7 @@ from reactivex import Observable
 
 from ..agent._model import ToolSpec
 from ..agent._tools import Tool, json_object
+from ..errors import InvalidArgumentError
 from ._scripted import Script, ScriptExhaustedError
 
 __all__ = ["ScriptedTool"]
@@ -39,14 +40,14 @@ class ScriptedTool(Tool):
         )
         self._scripts = [scripts] if isinstance(scripts, Script) else list(scripts)
         if not self._scripts:
-            raise ValueError(f"scripted tool {name!r} needs at least one script")
+            raise InvalidArgumentError(f"scripted tool {name!r} needs at least one script", argument="scripts")
         self._repeat_last = repeat_last
         self._lock = threading.Lock()
         self.calls: list[dict[str, Any]] = []
         self.fn = self._play
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
-        return json_object(arguments)  # any object: a scripted tool does not validate against a schema
+        return json_object(arguments, self.name)  # any object: a scripted tool does not validate against a schema
 
     def _play(self, **arguments: Any) -> Observable[Any]:
         with self._lock:
@@ -55,7 +56,9 @@ class ScriptedTool(Tool):
             if number >= len(self._scripts) and not self._repeat_last:
                 raise ScriptExhaustedError(
                     f"scripted tool {self.name!r} has no script for call #{number + 1}: it was given "
-                    f"{len(self._scripts)}"
+                    f"{len(self._scripts)}",
+                    call=number + 1,
+                    scripts=len(self._scripts),
                 )
             script = self._scripts[min(number, len(self._scripts) - 1)]
         return script.observable()

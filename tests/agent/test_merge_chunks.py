@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rxgraph.agent import ChatChunk, ToolCallDelta, merge_chunks
+from rxgraph.errors import InvalidTypeError, MessageFormatError
 from rxgraph.messages import ToolCall
 from rxgraph.testing import finish, text, tool_call
 
@@ -49,12 +50,15 @@ def test_plain_text_answer() -> None:
 
 
 def test_a_call_without_id_or_name_is_an_error() -> None:
-    with pytest.raises(ValueError, match="tool call #0 without an id"):
+    with pytest.raises(MessageFormatError, match="tool call #0 without an id") as no_id:
         merge_chunks([ChatChunk(tool_calls=(ToolCallDelta(index=0, name="f"),))])
-    with pytest.raises(ValueError, match="tool call #2 without a name"):
+    assert no_id.value.index == 0 and isinstance(no_id.value, ValueError)
+    with pytest.raises(MessageFormatError, match="tool call #2 without a name") as no_name:
         merge_chunks([ChatChunk(tool_calls=(ToolCallDelta(index=2, id="x"),))])
+    assert no_name.value.index == 2
 
 
 def test_non_chunks_are_rejected() -> None:
-    with pytest.raises(TypeError, match="must stream ChatChunk values, got str"):
+    with pytest.raises(InvalidTypeError, match="must stream ChatChunk values, got str") as caught:
         merge_chunks(["text"])  # type: ignore[list-item]
+    assert caught.value.argument == "chunks" and isinstance(caught.value, TypeError)

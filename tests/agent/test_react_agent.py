@@ -10,6 +10,7 @@ from reactivex.testing import TestScheduler
 
 from rxgraph import MemorySaver, NodeOutput, RunnableConfig, StreamingOutput
 from rxgraph.agent import ChatChunk, MaxIterationsError, ReactAgent
+from rxgraph.errors import InvalidArgumentError, InvalidTypeError
 from rxgraph.messages import (
     AssistantMessage,
     SystemMessage,
@@ -95,8 +96,9 @@ def test_a_model_that_keeps_calling_tools_fails_the_turn_and_the_next_turn_is_st
 
     agent = ReactAgent(model, tools=[echo], checkpointer=MemorySaver(), max_iterations=2)
     config = RunnableConfig(thread_id="t")
-    with pytest.raises(MaxIterationsError, match="max_iterations=2"):
+    with pytest.raises(MaxIterationsError, match="max_iterations=2") as caught:
         agent.invoke("go", config)
+    assert caught.value.max_iterations == 2
     assert agent.invoke("again", config).content == "fine"
     check_request(model.requests[-1].messages)
 
@@ -108,10 +110,21 @@ def test_agent_input_forms() -> None:
     agent.invoke(UserMessage(content="one message"))
     agent.invoke([SystemMessage(content="note"), UserMessage(content="two")])
     assert [r.messages[-1].content for r in model.requests] == ["plain text", "one message", "two"]
-    with pytest.raises(ValueError, match="at least one message"):
+    with pytest.raises(InvalidArgumentError, match="at least one message") as empty:
         agent.invoke([])
-    with pytest.raises(TypeError, match="agent input #0"):
+    assert empty.value.argument == "input" and isinstance(empty.value, ValueError)
+    with pytest.raises(InvalidTypeError, match="agent input #0") as not_messages:
         agent.invoke([{"role": "user"}])  # type: ignore[list-item]
+    assert not_messages.value.argument == "input" and isinstance(not_messages.value, TypeError)
+
+
+def test_agent_options_are_checked_when_it_is_built() -> None:
+    with pytest.raises(InvalidArgumentError, match="max_iterations must be at least 1, got 0") as iterations:
+        ReactAgent(ScriptedChatModel([]), max_iterations=0)
+    assert iterations.value.argument == "max_iterations"
+    with pytest.raises(InvalidTypeError, match="must have a stream") as no_stream:
+        ReactAgent(object())  # type: ignore[arg-type]
+    assert no_stream.value.argument == "model"
 
 
 def test_chat_chunks_are_what_the_model_node_streams() -> None:

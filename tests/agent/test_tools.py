@@ -11,7 +11,8 @@ import reactivex as rx
 from pydantic import BaseModel
 
 from rxgraph import MemorySaver, RunnableConfig
-from rxgraph.agent import ReactAgent, ToolInputError, tool
+from rxgraph.agent import ReactAgent, tool
+from rxgraph.errors import InvalidArgumentError, InvalidTypeError, ToolInputError
 from rxgraph.messages import ToolMessage, check_ready_for_user_input
 from rxgraph.testing import ScriptedChatModel, finish, text, tool_call
 
@@ -41,10 +42,29 @@ def test_named_tool_and_rejected_signatures() -> None:
     def variadic(*args: Any) -> None:
         return None
 
-    with pytest.raises(TypeError, match=r"\*args"):
+    with pytest.raises(InvalidTypeError, match=r"\*args") as bad_signature:
         tool(variadic)
-    with pytest.raises(ValueError, match="only letters"):
+    assert bad_signature.value.argument == "fn" and isinstance(bad_signature.value, TypeError)
+    with pytest.raises(InvalidArgumentError, match="only letters") as bad_name:
         tool(name="no spaces")(lambda q: q)
+    assert bad_name.value.argument == "name" and isinstance(bad_name.value, ValueError)
+    with pytest.raises(InvalidTypeError, match="wraps a function, got int"):
+        tool(3)  # type: ignore[call-overload]
+
+
+def test_positional_only_parameters_and_unresolvable_hints_are_rejected() -> None:
+    def positional(q: str, /) -> str:
+        return q
+
+    def unresolvable(q: NoSuchType) -> str:  # type: ignore[name-defined]  # noqa: F821
+        return q
+
+    with pytest.raises(InvalidTypeError, match="positional-only") as positional_only:
+        tool(positional)
+    assert positional_only.value.argument == "fn"
+    with pytest.raises(InvalidTypeError, match="cannot resolve the type hints") as hints:
+        tool(unresolvable)
+    assert isinstance(hints.value.__cause__, NameError)
 
 
 def test_parse_arguments_errors() -> None:
@@ -57,6 +77,20 @@ def test_parse_arguments_errors() -> None:
     with pytest.raises(ToolInputError, match="nope: Extra inputs are not permitted"):
         get_weather.parse_arguments('{"city": "x", "nope": 1}')
     assert get_weather.parse_arguments('{"city": "Rome"}') == {"city": "Rome", "unit": "C"}
+
+
+@pytest.mark.parametrize("arguments", ['{"city": ', "[1]", "{}", '{"city": "x", "nope": 1}'])
+def test_tool_input_error_names_the_tool(arguments: str) -> None:
+    with pytest.raises(ToolInputError) as caught:
+        get_weather.parse_arguments(arguments)
+    assert caught.value.tool == "get_weather"
+    assert isinstance(caught.value, ValueError)
+
+
+def test_invoke_reports_bad_arguments_as_on_error_naming_the_tool() -> None:
+    errors: list[Exception] = []
+    get_weather.invoke("[1]").subscribe(on_error=errors.append)
+    assert len(errors) == 1 and isinstance(errors[0], ToolInputError) and errors[0].tool == "get_weather"
 
 
 def _turn(calls: list[Any], tools: list[Any]) -> tuple[list[ToolMessage], ReactAgent]:
@@ -147,5 +181,6 @@ def test_a_tool_on_a_thread_pool() -> None:
 
 
 def test_duplicate_tool_names_are_rejected() -> None:
-    with pytest.raises(ValueError, match="two tools are named 'get_weather'"):
+    with pytest.raises(InvalidArgumentError, match="two tools are named 'get_weather'") as caught:
         ReactAgent(ScriptedChatModel([]), tools=[get_weather, get_weather])
+    assert caught.value.argument == "tools"

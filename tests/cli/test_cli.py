@@ -14,6 +14,8 @@ import pytest
 import rxgraph
 from rxgraph import END, START, Checkpoint, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.checkpoint._sqlite import SqliteSaver
+from rxgraph.cli import CliError, main
+from rxgraph.errors import RxGraphError
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
 
 # The package under test, importable from any working directory (installed or not).
@@ -216,3 +218,11 @@ def test_check_and_inspect_read_a_file_whose_name_looks_like_part_of_a_uri(tmp_p
     inspect = _rxgraph("inspect", "--db", str(odd), "--json", cwd=tmp_path)
     assert inspect.returncode == 0, inspect.stderr
     assert [row["head_seq"] for row in json.loads(inspect.stdout)["threads"]] == [2, 2]
+
+
+def test_a_cli_error_is_an_rxgraph_error_reported_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert issubclass(CliError, RxGraphError)
+    assert main(["inspect", "--db", str(tmp_path / "nope.db")]) == 1
+    assert capsys.readouterr().err == f"rxgraph inspect: error: no such database file: {tmp_path / 'nope.db'}\n"

@@ -1,7 +1,9 @@
 from typing import Any
 
+import pydantic
 import pytest
 
+from rxgraph.errors import InvalidTypeError, MessageFormatError
 from rxgraph.messages import (
     AssistantMessage,
     Message,
@@ -84,8 +86,9 @@ def test_is_error_is_dropped_on_the_wire_and_content_is_unchanged() -> None:
 
 
 def test_to_openai_rejects_non_messages_naming_the_index() -> None:
-    with pytest.raises(TypeError, match="message 1"):
+    with pytest.raises(InvalidTypeError, match="message 1") as caught:
         to_openai([UserMessage(content="u"), {"role": "user", "content": "x"}])  # type: ignore[list-item]
+    assert caught.value.argument == "messages" and isinstance(caught.value, TypeError)
 
 
 def test_from_openai_reads_null_content_as_empty_text() -> None:
@@ -180,11 +183,20 @@ def _tool_call(**overrides: Any) -> dict[str, Any]:
 )
 def test_from_openai_rejects_malformed_entries_naming_the_index(entry: dict[str, Any], match: str) -> None:
     payload: list[dict[str, Any]] = [{"role": "user", "content": "fine"}, entry]
-    with pytest.raises(ValueError, match=r"^message 1: ") as caught:
+    with pytest.raises(MessageFormatError, match=r"^message 1: ") as caught:
         from_openai(payload)
     assert match in str(caught.value)
+    assert caught.value.index == 1 and isinstance(caught.value, ValueError)
+
+
+def test_from_openai_keeps_the_validation_error_as_the_cause() -> None:
+    entry = {"role": "assistant", "tool_calls": [_tool_call(), _tool_call()]}
+    with pytest.raises(MessageFormatError, match="duplicate tool call id 'c1'") as caught:
+        from_openai([entry])
+    assert caught.value.index == 0 and isinstance(caught.value.__cause__, pydantic.ValidationError)
 
 
 def test_from_openai_rejects_non_object_entries() -> None:
-    with pytest.raises(ValueError, match="message 0: expected an object"):
+    with pytest.raises(MessageFormatError, match="message 0: expected an object") as caught:
         from_openai(["user: hi"])  # type: ignore[list-item]
+    assert caught.value.index == 0

@@ -2,7 +2,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rxgraph.errors import RxGraphError
+from rxgraph.errors import InvalidTypeError, RxGraphError
 from rxgraph.messages import (
     AssistantMessage,
     Message,
@@ -249,6 +249,18 @@ def test_check_request_raises_with_every_violation_one_per_line() -> None:
     assert "3 violations" in lines[0]
 
 
+def test_unsafe_history_error_carries_the_violations_it_lists() -> None:
+    history = [user(), calls("c1", "c2"), tool("c1"), user("hurry"), tool("c2")]
+    with pytest.raises(UnsafeHistoryError) as request:
+        check_request(history)
+    assert list(request.value.violations) == sequence_violations(history)
+    assert [(v.index, v.rule) for v in request.value.violations] == [(3, 1), (4, 2)]
+    with pytest.raises(UnsafeHistoryError) as ready:
+        check_ready_for_user_input([user(), calls("c1")])
+    assert [(v.index, v.rule) for v in ready.value.violations] == [(1, 4)]
+    assert ready.value.thread_id is None  # a plain list is no stored thread
+
+
 def test_check_request_does_not_apply_rule_four() -> None:
     check_request([user(), calls("c1")])
 
@@ -267,8 +279,9 @@ def test_unsafe_history_error_is_a_value_error_and_an_rxgraph_error() -> None:
 
 def test_non_message_elements_raise_type_error_naming_the_index() -> None:
     history: list[object] = [user(), {"role": "user", "content": "hi"}]
-    with pytest.raises(TypeError, match="message 1"):
+    with pytest.raises(InvalidTypeError, match="message 1") as caught:
         sequence_violations(history)  # type: ignore[arg-type]
+    assert caught.value.argument == "messages" and isinstance(caught.value, TypeError)
 
 
 def test_long_closed_chain_history_has_no_violations() -> None:

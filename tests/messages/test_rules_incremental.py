@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from rxgraph.errors import InvalidArgumentError
 from rxgraph.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage, readiness_violations
 from rxgraph.messages._rules import readiness_from
 
@@ -52,5 +53,6 @@ def test_clean_prefix_is_the_longest_ready_prefix() -> None:
 
 
 def test_start_outside_the_history_is_rejected() -> None:
-    with pytest.raises(ValueError, match="start must be within"):
+    with pytest.raises(InvalidArgumentError, match="start must be within") as caught:
         readiness_from([UserMessage(content="u")], 2)
+    assert caught.value.argument == "start" and isinstance(caught.value, ValueError)

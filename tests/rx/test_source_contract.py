@@ -14,6 +14,7 @@ from reactivex.disposable import Disposable
 from reactivex.testing import TestScheduler
 
 from rxgraph import END, START, CheckpointSaver, KeyStrategy, RunnableConfig, StateGraph
+from rxgraph.errors import InvalidTypeError
 from rxgraph.rx import SignalType, do_finally, do_on_cancel
 
 Subscribe = Callable[[abc.ObserverBase[Any], abc.SchedulerBase | None], Any]
@@ -94,8 +95,9 @@ def test_a_subscribe_that_returns_something_unusable_fails_the_run_clearly() -> 
         return 42
 
     app = _two_node_graph(_emitting("a", lambda: None), unusable)
-    with pytest.raises(TypeError, match="returned a int; a subscribe function returns a Disposable"):
+    with pytest.raises(InvalidTypeError, match="returned a int; a subscribe function returns a Disposable") as caught:
         app.invoke({"log": "in"})
+    assert caught.value.argument == "subscription" and isinstance(caught.value, TypeError)
 
 
 def test_events_after_a_terminal_event_are_dropped() -> None:

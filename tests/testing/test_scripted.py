@@ -9,6 +9,7 @@ from reactivex.testing import TestScheduler
 
 from rxgraph import RunnableConfig
 from rxgraph.agent import ChatChunk, ReactAgent
+from rxgraph.errors import InvalidArgumentError, RxGraphError, ToolInputError
 from rxgraph.messages import ToolMessage, UserMessage, check_request
 from rxgraph.testing import ScriptedChatModel, ScriptedTool, ScriptExhaustedError, finish, marbles, text, tool_call
 
@@ -25,8 +26,11 @@ def test_requests_are_recorded_and_running_out_names_the_call() -> None:
     model = ScriptedChatModel([[text("one")]])
     model.stream([UserMessage(content="first")], [])
     assert model.calls == 1 and model.requests[0].messages == (UserMessage(content="first"),)
-    with pytest.raises(ScriptExhaustedError, match=r"no script for call #2: it was given 1"):
+    with pytest.raises(ScriptExhaustedError, match=r"no script for call #2: it was given 1") as caught:
         model.stream([UserMessage(content="second")], [])
+    assert (caught.value.call, caught.value.scripts) == (2, 1)
+    # A failed expectation to a test framework, and an rxgraph error to code that catches those.
+    assert isinstance(caught.value, AssertionError) and isinstance(caught.value, RxGraphError)
 
 
 def test_an_error_frame_fails_the_answer() -> None:
@@ -39,8 +43,18 @@ def test_an_error_frame_fails_the_answer() -> None:
 
 
 def test_marble_values_are_single_letters() -> None:
-    with pytest.raises(ValueError, match="single letters"):
+    with pytest.raises(InvalidArgumentError, match="single letters") as caught:
         marbles("-ab|", ab=text("x"))
+    assert caught.value.argument == "ab" and isinstance(caught.value, ValueError)
+
+
+def test_bad_helper_arguments_are_invalid_argument_errors() -> None:
+    with pytest.raises(InvalidArgumentError, match="split must be at least 1, got 0") as split:
+        tool_call("c1", "echo", split=0)
+    assert split.value.argument == "split"
+    with pytest.raises(InvalidArgumentError, match="needs at least one script") as scripts:
+        ScriptedTool("empty", [])
+    assert scripts.value.argument == "scripts"
 
 
 def test_scripted_tool_answers_after_its_delay_and_can_fail() -> None:
@@ -72,8 +86,15 @@ def test_scripted_tool_answers_after_its_delay_and_can_fail() -> None:
 def test_scripted_tool_without_repeat_runs_out_clearly() -> None:
     tool = ScriptedTool("once", marbles("r|", r="ok"), repeat_last=False)
     tool.run().subscribe()
-    with pytest.raises(ScriptExhaustedError, match="'once' has no script for call #2"):
+    with pytest.raises(ScriptExhaustedError, match="'once' has no script for call #2") as caught:
         tool.run().subscribe()
+    assert (caught.value.call, caught.value.scripts) == (2, 1)
+
+
+def test_a_scripted_tool_reports_bad_json_naming_itself() -> None:
+    with pytest.raises(ToolInputError, match="not valid JSON") as caught:
+        ScriptedTool("lookup", marbles("r|", r="ok")).parse_arguments("{")
+    assert caught.value.tool == "lookup"
 
 
 def test_split_tool_call_helpers_feed_the_agent(capsys: Any) -> None:
