@@ -1,7 +1,7 @@
 """Checkpoints and the savers that store them."""
 
 from ..errors import IncompatibleDatabaseError
-from ._base import Checkpoint, CheckpointSaver, CheckpointSource
+from ._base import Checkpoint, CheckpointSaver, CheckpointSource, check_limit, check_put
 from ._memory import MemorySaver
 from ._serde import Serde, default_serde, register
 from ._sqlite import SqliteSaver, SqliteSaverStats
@@ -15,6 +15,8 @@ __all__ = [
     "Serde",
     "SqliteSaver",
     "SqliteSaverStats",
+    "check_limit",
+    "check_put",
     "default_serde",
     "register",
 ]

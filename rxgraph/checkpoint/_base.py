@@ -12,8 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._frozen import freeze
+from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError
 
-__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "new_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "check_limit", "check_put", "new_checkpoint"]
 
 CheckpointSource = Literal["input", "loop", "rewind", "update"]
 """Why a checkpoint was written: the input merged at START, a node finished, a cancelled turn was rewound, or a
@@ -95,13 +96,69 @@ def new_checkpoint(
     )
 
 
+def check_put(
+    checkpoint: Checkpoint, *, expected_head: str | None, head: tuple[str, int] | None, id_stored: bool
+) -> None:
+    """Raise unless the saver contract lets ``put`` store ``checkpoint``; the one place the contract is enforced.
+
+    A saver calls it with what it read under its own lock (or inside its own transaction), and writes under that
+    same lock: a check on one read and a write on another would let a second writer slip in between.
+
+    Args:
+        checkpoint: the checkpoint ``put`` was given.
+        expected_head: the head id the caller built on (``None``: the thread has no checkpoint yet).
+        head: the thread's head as ``(id, seq)``, or ``None`` when it has no checkpoint.
+        id_stored: whether a checkpoint with ``checkpoint.id`` is already stored, in any thread.
+
+    Raises:
+        CheckpointConflictError: the head is not ``expected_head``.
+        InvalidCheckpointError: ``checkpoint.seq`` is not the head's plus one, or its id is already stored.
+    """
+    thread_id = checkpoint.thread_id
+    head_id, head_seq = head if head is not None else (None, 0)
+    if head_id != expected_head:
+        raise CheckpointConflictError(
+            f"thread {thread_id!r}: head is {head_id!r}, expected {expected_head!r}; another writer moved it and "
+            "nothing was written. Read the thread again and decide on its new head (a run that gets this error "
+            "fails rather than write over a newer turn)",
+            thread_id=thread_id,
+            expected_head=expected_head,
+            actual_head=head_id,
+        )
+    if checkpoint.seq != head_seq + 1:
+        raise InvalidCheckpointError(
+            f"thread {thread_id!r}: checkpoint {checkpoint.id!r} has seq {checkpoint.seq}, expected {head_seq + 1} "
+            "(the head's seq plus one)",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint.id,
+        )
+    if id_stored:
+        raise InvalidCheckpointError(
+            f"thread {thread_id!r}: checkpoint id {checkpoint.id!r} is already stored; ids are unique across threads",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint.id,
+        )
+
+
+def check_limit(limit: int | None) -> None:
+    """Raise unless ``limit`` is a valid ``limit`` for ``CheckpointSaver.list`` (``None``, or at least 0).
+
+    Raises:
+        InvalidArgumentError: ``limit`` is negative.
+    """
+    if limit is not None and limit < 0:
+        raise InvalidArgumentError(f"limit must be None or >= 0, got {limit}", argument="limit")
+
+
 class CheckpointSaver(abc.ABC):
     """Stores the checkpoints of many threads. Implementations must be safe to call from several threads.
 
     The contract:
     - ``put`` is a compare-and-set on the thread's head: it stores ``checkpoint`` only if the head's id is
       ``expected_head`` (``None``: the thread has no checkpoint yet), and raises ``CheckpointConflictError``
-      otherwise. The new checkpoint's ``seq`` must be the head's ``seq + 1`` (1 for a new thread).
+      otherwise. The new checkpoint's ``seq`` must be the head's ``seq + 1`` (1 for a new thread), and its id
+      new to the saver. :func:`check_put` makes these checks (and :func:`check_limit` those of ``list``): call them
+      under the lock, or inside the transaction, that the write takes.
     - Reads never return a checkpoint a caller can change, and never report "nothing" because of a timeout or a
       lock: a saver that cannot answer raises.
     """

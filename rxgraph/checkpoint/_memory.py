@@ -5,8 +5,7 @@ from __future__ import annotations
 import builtins
 import threading
 
-from ..errors import CheckpointConflictError
-from ._base import Checkpoint, CheckpointSaver
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_put
 
 __all__ = ["MemorySaver"]
 
@@ -34,8 +33,7 @@ class MemorySaver(CheckpointSaver):
     def list(
         self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
     ) -> builtins.list[Checkpoint]:
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+        check_limit(limit)
         with self._lock:
             chain = self._chains.get(thread_id, [])
             end = len(chain) if before_seq is None else max(0, min(len(chain), before_seq - 1))
@@ -47,22 +45,12 @@ class MemorySaver(CheckpointSaver):
         with self._lock:
             chain = self._chains.get(thread_id)
             head = chain[-1] if chain else None
-            head_id = head.id if head is not None else None
-            if head_id != expected_head:
-                raise CheckpointConflictError(
-                    f"thread {thread_id!r}: head is {head_id!r}, expected {expected_head!r}; another writer moved it",
-                    thread_id=thread_id,
-                    expected_head=expected_head,
-                    actual_head=head_id,
-                )
-            expected_seq = head.seq + 1 if head is not None else 1
-            if checkpoint.seq != expected_seq:
-                raise ValueError(
-                    f"thread {thread_id!r}: checkpoint {checkpoint.id!r} has seq {checkpoint.seq}, "
-                    f"expected {expected_seq}"
-                )
-            if checkpoint.id in self._by_id:
-                raise ValueError(f"thread {thread_id!r}: checkpoint id {checkpoint.id!r} is already stored")
+            check_put(
+                checkpoint,
+                expected_head=expected_head,
+                head=(head.id, head.seq) if head is not None else None,
+                id_stored=checkpoint.id in self._by_id,
+            )
             if chain is None:
                 chain = self._chains[thread_id] = []
             chain.append(checkpoint)

@@ -30,8 +30,8 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
-from ..errors import CheckpointConflictError, CheckpointDecodeError, IncompatibleDatabaseError
-from ._base import Checkpoint, CheckpointSaver, new_checkpoint
+from ..errors import CheckpointDecodeError, IncompatibleDatabaseError
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, new_checkpoint
 from ._serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 from ._sqlite_schema import Migration, prepare
 
@@ -58,6 +58,7 @@ _COLUMNS = (
 _SELECT_HEAD = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_HEAD_ID = "SELECT id, seq FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_BY_ID = f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?"
+_SELECT_ID_STORED = "SELECT 1 FROM checkpoints WHERE id = ?"
 _SELECT_PAGE = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 _SELECT_SAFE = (
     f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND safe = 1 AND seq < ? ORDER BY seq DESC LIMIT 1"
@@ -256,8 +257,7 @@ class SqliteSaver(CheckpointSaver):
     def list(
         self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
     ) -> builtins.list[Checkpoint]:
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+        check_limit(limit)
         with self._locked() as conn:
             bound = _MAX_SEQ if before_seq is None else before_seq
             rows = conn.execute(_SELECT_PAGE, (thread_id, bound, -1 if limit is None else limit)).fetchall()
@@ -305,21 +305,12 @@ class SqliteSaver(CheckpointSaver):
                 error.add_note(f"rxgraph: {self._path} stayed locked for more than {self._timeout} s")
                 raise
             try:
-                head = conn.execute(_SELECT_HEAD_ID, (thread_id,)).fetchone()
-                head_id, head_seq = (head[0], head[1]) if head is not None else (None, 0)
-                if head_id != expected_head:
-                    raise CheckpointConflictError(
-                        f"thread {thread_id!r}: head is {head_id!r}, expected {expected_head!r}; another writer moved "
-                        "it",
-                        thread_id=thread_id,
-                        expected_head=expected_head,
-                        actual_head=head_id,
-                    )
-                if checkpoint.seq != head_seq + 1:
-                    raise ValueError(
-                        f"thread {thread_id!r}: checkpoint {checkpoint.id!r} has seq {checkpoint.seq}, "
-                        f"expected {head_seq + 1}"
-                    )
+                check_put(
+                    checkpoint,
+                    expected_head=expected_head,
+                    head=conn.execute(_SELECT_HEAD_ID, (thread_id,)).fetchone(),
+                    id_stored=conn.execute(_SELECT_ID_STORED, (checkpoint.id,)).fetchone() is not None,
+                )
                 for key, text, _ in blobs:
                     refs[key] = _row_id(conn.execute("INSERT INTO blobs (value) VALUES (?)", (text,)))
                     written += len(text) + 8
@@ -337,14 +328,7 @@ class SqliteSaver(CheckpointSaver):
                 refs = {key: refs[key] for key in values}  # the manifest keeps the state's key order
                 row = _checkpoint_row(checkpoint, refs)
                 written += sum(len(v) if isinstance(v, str) else 8 for v in row if v is not None)
-                try:
-                    conn.execute(_INSERT_CHECKPOINT, row)
-                except sqlite3.IntegrityError as error:
-                    if "checkpoints.id" not in str(error):
-                        raise
-                    raise ValueError(
-                        f"thread {thread_id!r}: checkpoint id {checkpoint.id!r} is already stored"
-                    ) from error
+                conn.execute(_INSERT_CHECKPOINT, row)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

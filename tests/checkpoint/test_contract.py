@@ -30,6 +30,7 @@ from rxgraph import (
 )
 from rxgraph.checkpoint import SqliteSaver
 from rxgraph.checkpoint._base import new_checkpoint
+from rxgraph.errors import InvalidArgumentError, InvalidCheckpointError
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage, check_request
 
 
@@ -108,6 +109,7 @@ def test_put_is_a_compare_and_set_on_the_head(saver: CheckpointSaver) -> None:
     with pytest.raises(CheckpointConflictError, match="head is 'a', expected None") as caught:
         saver.put(_cp(2, "b", "a"), expected_head=None)
     assert (caught.value.thread_id, caught.value.expected_head, caught.value.actual_head) == ("t", None, "a")
+    assert "read the thread again" in str(caught.value).lower()
     with pytest.raises(CheckpointConflictError) as caught:
         saver.put(_cp(2, "b", "a"), expected_head="zzz")
     assert caught.value.actual_head == "a" and caught.value.expected_head == "zzz"
@@ -120,22 +122,27 @@ def test_put_is_a_compare_and_set_on_the_head(saver: CheckpointSaver) -> None:
 
 
 def test_seq_must_be_the_heads_plus_one(saver: CheckpointSaver) -> None:
-    with pytest.raises(ValueError, match="has seq 2, expected 1"):
+    with pytest.raises(InvalidCheckpointError, match="has seq 2, expected 1") as caught:
         saver.put(_cp(2, "a"), expected_head=None)
+    assert (caught.value.thread_id, caught.value.checkpoint_id) == ("t", "a")
+    assert isinstance(caught.value, ValueError)
     saver.put(_cp(1, "a"), expected_head=None)
-    with pytest.raises(ValueError, match="has seq 3, expected 2"):
+    with pytest.raises(InvalidCheckpointError, match="has seq 3, expected 2"):
         saver.put(_cp(3, "b", "a"), expected_head="a")
-    with pytest.raises(ValueError, match="has seq 1, expected 2"):
+    with pytest.raises(InvalidCheckpointError, match="has seq 1, expected 2"):
         saver.put(_cp(1, "b", "a"), expected_head="a")
     assert [c.seq for c in saver.list("t")] == [1]
 
 
 def test_checkpoint_ids_are_unique_across_threads(saver: CheckpointSaver) -> None:
     saver.put(_cp(1, "a"), expected_head=None)
-    with pytest.raises(ValueError, match="already stored"):
+    with pytest.raises(InvalidCheckpointError, match="already stored") as caught:
         saver.put(_cp(2, "a", "a"), expected_head="a")
-    with pytest.raises(ValueError, match="already stored"):
+    assert (caught.value.thread_id, caught.value.checkpoint_id) == ("t", "a")
+    with pytest.raises(InvalidCheckpointError, match="already stored") as caught:
         saver.put(_cp(1, "a", thread="other"), expected_head=None)
+    assert (caught.value.thread_id, caught.value.checkpoint_id) == ("other", "a")
+    assert isinstance(caught.value, ValueError)
     assert saver.threads() == ["t"]
     saver.put(_cp(2, "b", "a"), expected_head="a")  # the saver is still usable
 
@@ -166,8 +173,9 @@ def test_list_is_newest_first_with_limit_and_before_seq(saver: CheckpointSaver) 
     assert saver.list("t", limit=0) == [] and saver.list("t", before_seq=1) == []
     assert saver.list("other") == []
     assert [c.values["n"] for c in saver.list("t")] == [5, 4, 3, 2, 1]
-    with pytest.raises(ValueError, match="limit"):
+    with pytest.raises(InvalidArgumentError, match="limit") as caught:
         saver.list("t", limit=-1)
+    assert caught.value.argument == "limit" and isinstance(caught.value, ValueError)
 
 
 def test_threads_lists_every_thread_with_a_checkpoint(saver: CheckpointSaver) -> None:
