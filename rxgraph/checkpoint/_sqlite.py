@@ -34,6 +34,7 @@ from ..errors import CheckpointDecodeError, IncompatibleDatabaseError
 from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, new_checkpoint
 from ._serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
 from ._sqlite_schema import Migration, prepare
+from ._sqlite_transaction import write_transaction
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
 
@@ -175,7 +176,7 @@ class SqliteSaver(CheckpointSaver):
         self._timeout = timeout
         conn = sqlite3.connect(self._path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
-            self.schema_version = prepare(conn, self._path, migrations)
+            self.schema_version = prepare(conn, self._path, migrations, timeout=timeout)
             if self._path != ":memory:":
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -299,12 +300,8 @@ class SqliteSaver(CheckpointSaver):
             parent = self._parent_of(conn, checkpoint.parent_id)
             refs, blobs, chains = self._plan(values, parent)
             written = 0
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                error.add_note(f"rxgraph: {self._path} stayed locked for more than {self._timeout} s")
-                raise
-            try:
+            item_rows: builtins.list[tuple[int, int | None, str]] = []
+            with write_transaction(conn, self._path, self._timeout):
                 check_put(
                     checkpoint,
                     expected_head=expected_head,
@@ -314,7 +311,6 @@ class SqliteSaver(CheckpointSaver):
                 for key, text, _ in blobs:
                     refs[key] = _row_id(conn.execute("INSERT INTO blobs (value) VALUES (?)", (text,)))
                     written += len(text) + 8
-                item_rows: builtins.list[tuple[int, int | None, str]] = []
                 if chains:
                     next_id = conn.execute("SELECT IFNULL(MAX(id), 0) + 1 FROM items").fetchone()[0]
                     for key, tail, texts, value in chains:
@@ -329,11 +325,6 @@ class SqliteSaver(CheckpointSaver):
                 row = _checkpoint_row(checkpoint, refs)
                 written += sum(len(v) if isinstance(v, str) else 8 for v in row if v is not None)
                 conn.execute(_INSERT_CHECKPOINT, row)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
             # Only now (committed) may the new rows be referred to by later writes.
             self._remember(_Entry(checkpoint, refs))
             self._heads.put(thread_id, checkpoint.id)

@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 
 from ..errors import IncompatibleDatabaseError
+from ._sqlite_transaction import write_transaction
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "IncompatibleDatabaseError", "Migration", "prepare"]
 
@@ -53,11 +54,13 @@ _SCHEMA = (
 )
 
 
-def prepare(conn: sqlite3.Connection, where: str, migrations: Mapping[int, Migration] | None = None) -> int:
+def prepare(
+    conn: sqlite3.Connection, where: str, migrations: Mapping[int, Migration] | None = None, *, timeout: float
+) -> int:
     """Check (and if needed create or migrate) the schema of a freshly opened connection; return its version.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``). Nothing is written to a file that turns out not
-    to be an rxgraph database.
+    ``conn`` must be in autocommit mode (``isolation_level=None``), with ``timeout`` (seconds) as its busy timeout.
+    Nothing is written to a file that turns out not to be an rxgraph database.
     """
     migrations = MIGRATIONS if migrations is None else migrations
     version = _read_version(conn, where)
@@ -65,8 +68,7 @@ def prepare(conn: sqlite3.Connection, where: str, migrations: Mapping[int, Migra
         return version
     _check_not_newer(version, where)
     # Creating or migrating: take the write lock, then look again (another process may have done it meanwhile).
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with write_transaction(conn, where, timeout):
         version = _read_version(conn, where)
         if version is None:
             for statement in _SCHEMA:
@@ -93,11 +95,6 @@ def prepare(conn: sqlite3.Connection, where: str, migrations: Mapping[int, Migra
                     ) from error
                 version += 1
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return version
 
 

@@ -172,6 +172,17 @@ def test_a_locked_database_makes_put_raise_instead_of_waiting_forever(db: Path) 
         )
 
 
+def test_a_locked_new_file_makes_opening_raise_with_the_same_note(db: Path) -> None:
+    with _raw(db) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process is writing: the schema cannot be created yet
+        with pytest.raises(sqlite3.OperationalError, match="locked") as caught:
+            SqliteSaver(db, timeout=0.05)
+        assert any(f"{db} stayed locked for more than 0.05 s" in note for note in caught.value.__notes__)
+        other.execute("ROLLBACK")
+    with SqliteSaver(db) as saver:
+        assert saver.schema_version == 1
+
+
 # -- incremental storage -------------------------------------------------------------------------------------------
 
 
