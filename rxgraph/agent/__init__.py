@@ -1,6 +1,8 @@
-"""Agents: a chat model and its tools, run as a graph with atomic turns."""
+"""Agents: a chat model and its tools, run as a graph with atomic turns.
 
-from ..errors import MaxIterationsError, ToolInputError
+Their errors (``MaxIterationsError``, ``ToolInputError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
+"""
+
 from ._model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
 from ._react import AgentInput, ReactAgent
 from ._tools import Tool, tool
@@ -9,11 +11,9 @@ __all__ = [
     "AgentInput",
     "ChatChunk",
     "ChatModel",
-    "MaxIterationsError",
     "ReactAgent",
     "Tool",
     "ToolCallDelta",
-    "ToolInputError",
     "ToolSpec",
     "merge_chunks",
     "tool",

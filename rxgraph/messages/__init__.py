@@ -1,6 +1,8 @@
-"""Chat messages, the sequence rules a history must follow, and the OpenAI wire format."""
+"""Chat messages, the sequence rules a history must follow, and the OpenAI wire format.
 
-from rxgraph.errors import UnsafeHistoryError
+Their errors (``UnsafeHistoryError``, ``MessageFormatError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
+"""
+
 from rxgraph.messages._openai import from_openai, to_openai
 from rxgraph.messages._rules import (
     SequenceViolation,
@@ -26,7 +28,6 @@ __all__ = [
     "SystemMessage",
     "ToolCall",
     "ToolMessage",
-    "UnsafeHistoryError",
     "UserMessage",
     "check_ready_for_user_input",
     "check_request",

@@ -8,9 +8,11 @@ import pytest
 from _weather_turn import weather_agent
 from reactivex.testing import TestScheduler
 
+import rxgraph.agent
+import rxgraph.errors
 from rxgraph import MemorySaver, NodeOutput, RunnableConfig, StreamingOutput
-from rxgraph.agent import ChatChunk, MaxIterationsError, ReactAgent
-from rxgraph.errors import InvalidArgumentError, InvalidTypeError
+from rxgraph.agent import ChatChunk, ReactAgent
+from rxgraph.errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError
 from rxgraph.messages import (
     AssistantMessage,
     SystemMessage,
@@ -159,3 +161,9 @@ def test_the_agents_multitask_policy_applies_to_a_second_turn_on_a_busy_thread(p
     else:
         assert [type(e) for e in first] == [RunInterruptedError] and second == ["done"]
         assert roles == [("user", "second"), ("assistant", "quick answer")]
+
+
+def test_the_agent_package_leaves_its_errors_to_rxgraph_errors() -> None:
+    errors = {getattr(rxgraph.errors, name) for name in rxgraph.errors.__all__}
+    assert [name for name in rxgraph.agent.__all__ if getattr(rxgraph.agent, name) in errors] == []
+    assert not hasattr(rxgraph.agent, "ToolInputError") and not hasattr(rxgraph.agent, "MaxIterationsError")

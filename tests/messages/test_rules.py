@@ -2,7 +2,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from rxgraph.errors import InvalidTypeError, RxGraphError
+import rxgraph.errors
+import rxgraph.messages
+from rxgraph.errors import InvalidTypeError, RxGraphError, UnsafeHistoryError
 from rxgraph.messages import (
     AssistantMessage,
     Message,
@@ -10,7 +12,6 @@ from rxgraph.messages import (
     SystemMessage,
     ToolCall,
     ToolMessage,
-    UnsafeHistoryError,
     UserMessage,
     check_ready_for_user_input,
     check_request,
@@ -299,3 +300,9 @@ def test_long_run_of_tool_responses_to_one_assistant_message_has_no_violations()
     ids = [f"c{k}" for k in range(10_000)]
     history: list[Message] = [user(), calls(*ids), *(tool(i) for i in ids), reply()]
     assert readiness_violations(history) == []
+
+
+def test_the_messages_package_leaves_its_errors_to_rxgraph_errors() -> None:
+    errors = {getattr(rxgraph.errors, name) for name in rxgraph.errors.__all__}
+    assert [name for name in rxgraph.messages.__all__ if getattr(rxgraph.messages, name) in errors] == []
+    assert not hasattr(rxgraph.messages, "UnsafeHistoryError")
