@@ -44,7 +44,7 @@ from .._frozen import FrozenDict, FrozenList
 from ..errors import SerializationError
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
-__all__ = ["Serde", "default_serde", "dumps", "loads", "register"]
+__all__ = ["Serde", "default_serde", "json_text", "parse_json_text", "register"]
 
 _M = TypeVar("_M", bound=type[BaseModel])
 
@@ -128,15 +128,12 @@ class Serde:
 
     # -- text --------------------------------------------------------------------------------------------------
 
-    def dumps(self, value: Any, *, key: str | None = None) -> str:
-        """Encode ``value`` as JSON text. ``key`` (the state key it belongs to) only makes errors more precise.
+    def dumps(self, value: Any, *, key: str | None = None, index: int | None = None) -> str:
+        """Encode ``value`` as JSON text. ``key`` (the state key it belongs to) and ``index`` (its position in the
+        list at ``key``, for a list item) only make errors more precise.
 
         Raises ``SerializationError`` for a type that cannot be stored exactly.
         """
-        return self._dumps(value, key, None)
-
-    def _dumps(self, value: Any, key: str | None, index: int | None) -> str:
-        """``dumps`` for the item ``index`` of the list at ``key`` (when given), so errors can say which item."""
         try:
             tree = self._encode(value) if index is None else self._encode_at(value, index)
         except _Unencodable as error:
@@ -279,6 +276,34 @@ class Serde:
         return float(body)
 
 
+def json_text(obj: Any) -> str:
+    """``obj`` (made of JSON types only) as standard JSON text that UTF-8 can encode, read back exactly by
+    :func:`parse_json_text`. For JSON a saver writes beside the values (a row's manifest, say): strings stay as they
+    are rather than ``\\u`` escapes, and a text with a lone surrogate is wrapped as ``dumps`` wraps one.
+
+    Raises:
+        ValueError: ``obj`` holds a non-finite float.
+        TypeError: ``obj`` holds something that is not a JSON type.
+    """
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if type(obj) is dict and len(obj) == 1 and type(obj.get("$wtf8")) is str:
+        # An object that looks like the wrapper: wrap it, or parse_json_text would take it for one.
+        return _wrap_wtf8(text)
+    return _utf8_safe(text)
+
+
+def parse_json_text(text: str | bytes) -> Any:
+    """The JSON value of a text :func:`json_text` wrote (plain JSON, unwrapped when wrapped).
+
+    Raises:
+        ValueError: ``text`` is not JSON, or its wrapper is damaged.
+    """
+    obj = json.loads(text)
+    if type(obj) is dict and len(obj) == 1 and type(obj.get("$wtf8")) is str:
+        return _unwrap_wtf8(obj["$wtf8"])
+    return obj
+
+
 def _utf8_safe(text: str) -> str:
     """JSON ``text`` as it is when UTF-8 can encode it (the common case, checked cheaply), else wrapped in a
     ``{"$wtf8": "<base64>"}`` object that decodes to exactly ``text`` (see :func:`_unwrap_wtf8`)."""
@@ -287,8 +312,12 @@ def _utf8_safe(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return '{"$wtf8":"' + base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii") + '"}'
+        return _wrap_wtf8(text)
     return text
+
+
+def _wrap_wtf8(text: str) -> str:
+    return '{"$wtf8":"' + base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii") + '"}'
 
 
 def _unwrap_wtf8(body: Any) -> Any:
@@ -344,13 +373,3 @@ default_serde = Serde()
 def register(model_cls: _M, name: str | None = None) -> _M:
     """Register ``model_cls`` with :data:`default_serde` (see :meth:`Serde.register`); usable as a decorator."""
     return default_serde.register(model_cls, name)
-
-
-def dumps(value: Any, *, key: str | None = None) -> str:
-    """Encode ``value`` with :data:`default_serde`."""
-    return default_serde.dumps(value, key=key)
-
-
-def loads(text: str | bytes) -> Any:
-    """Decode text written by :func:`dumps` with :data:`default_serde`."""
-    return default_serde.loads(text)

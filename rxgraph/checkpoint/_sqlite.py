@@ -32,7 +32,7 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 from .._frozen import FrozenList
 from ..errors import CheckpointDecodeError, IncompatibleDatabaseError
 from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, new_checkpoint
-from ._serde import Serde, _unwrap_wtf8, _utf8_safe, default_serde
+from ._serde import Serde, default_serde, json_text, parse_json_text
 from ._sqlite_schema import Migration, prepare
 from ._sqlite_transaction import write_transaction
 
@@ -382,7 +382,7 @@ class SqliteSaver(CheckpointSaver):
                 refs[key] = seen[1]
                 continue
             if type(value) is not FrozenList:
-                blobs.append((key, serde._dumps(value, key, None), value))
+                blobs.append((key, serde.dumps(value, key=key), value))
                 continue
             start, tail = 0, None
             if type(old) is FrozenList and len(old) <= len(value):
@@ -393,7 +393,7 @@ class SqliteSaver(CheckpointSaver):
                     value.shares_prefix_with(old) or _has_prefix(value, old, serde, key)
                 ):
                     start, tail = len(old), old_ref[0]
-            texts = [serde._dumps(value[i], key, i) for i in range(start, len(value))]
+            texts = [serde.dumps(value[i], key=key, index=i) for i in range(start, len(value))]
             chains.append((key, tail, texts, value))
         return refs, blobs, chains
 
@@ -428,9 +428,7 @@ class SqliteSaver(CheckpointSaver):
             row
         )
         try:
-            refs_json = json.loads(manifest)
-            if type(refs_json) is dict and len(refs_json) == 1 and type(refs_json.get("$wtf8")) is str:
-                refs_json = _unwrap_wtf8(refs_json["$wtf8"])  # a state key holds a lone surrogate
+            refs_json = parse_json_text(manifest)
             if type(refs_json) is not dict:
                 raise ValueError(f"the manifest is not a JSON object: {manifest[:80]!r}")
             blob_ids = [ref for ref in refs_json.values() if type(ref) is int]
@@ -583,15 +581,8 @@ def _wait_for(saver: SqliteSaver) -> None:
 
 
 def _checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, _Ref]) -> tuple[Any, ...]:
-    # Keys as they are, not as \u escapes: json.loads would join an escaped surrogate pair into one code point. A
-    # key that UTF-8 cannot carry wraps the manifest in a {"$wtf8": ...} object (a real key never maps to a string).
-    manifest = _utf8_safe(
-        json.dumps(
-            {key: list(ref) if isinstance(ref, tuple) else ref for key, ref in refs.items()},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-    )
+    # Keys as they are, not as \u escapes: json.loads would join an escaped surrogate pair into one code point.
+    manifest = json_text({key: list(ref) if isinstance(ref, tuple) else ref for key, ref in refs.items()})
     return (
         checkpoint.id,
         checkpoint.thread_id,
@@ -624,9 +615,9 @@ def _has_prefix(value: FrozenList[Any], prefix: FrozenList[Any], serde: Serde, k
     be reused: each item is the very same object or encodes to the very same text. Equality is not enough: ``True ==
     1``, ``1.0 == 1``, ``-0.0 == 0.0`` and ``(1, 2) == FrozenList([1, 2])``, and reusing the parent's row would read
     back the parent's item."""
-    dumps = serde._dumps
+    dumps = serde.dumps
     for index, (a, b) in enumerate(zip(value, prefix)):  # noqa: B905 - value is the longer one
-        if a is not b and dumps(a, key, index) != dumps(b, key, index):
+        if a is not b and dumps(a, key=key, index=index) != dumps(b, key=key, index=index):
             return False
     return True
 

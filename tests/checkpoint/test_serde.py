@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import rxgraph
 from rxgraph import FrozenDict, FrozenList
 from rxgraph.checkpoint import Serde, default_serde, register
+from rxgraph.checkpoint._serde import json_text, parse_json_text
 from rxgraph.errors import RxGraphError, SerializationError
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
@@ -328,3 +329,36 @@ def test_a_set_of_distinct_nan_objects_keeps_its_size() -> None:
         assert type(back) is frozenset and len(back) == len(value)
     first, second = default_serde.loads(default_serde.dumps([math.nan, math.nan]))
     assert math.isnan(first) and math.isnan(second) and first is not second
+
+
+def test_dumps_names_the_list_item_it_was_given() -> None:
+    with pytest.raises(SerializationError, match=r"state key 'messages' at \[3\]\['w'\]: .*Weather") as caught:
+        default_serde.dumps({"w": Weather(city="Oslo", celsius=1.0)}, key="messages", index=3)
+    assert caught.value.key == "messages" and caught.value.value_type is Weather
+    assert default_serde.dumps("x", key="messages", index=3) == default_serde.dumps("x") == '"x"'
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"a": 1, "b": [None, 2]},
+        {"\ud83d\ude00": 1, "😀": 2, "\ud83d": [3, 4]},  # surrogates, which UTF-8 cannot carry as they are
+        {"$wtf8": "x"},  # looks like the wrapper
+        {"$wtf8": "\ud800"},
+        {"$wtf8": 7},
+        "\udc80",
+        [],
+    ],
+)
+def test_json_text_is_read_back_exactly_by_parse_json_text(obj: Any) -> None:
+    text = json_text(obj)
+    text.encode("utf-8")  # always storable as UTF-8
+    back = parse_json_text(text)
+    assert back == obj and type(back) is type(obj)
+    if isinstance(obj, dict):
+        assert [[ord(c) for c in key] for key in back] == [[ord(c) for c in key] for key in obj]
+    assert parse_json_text(text.encode("utf-8")) == obj
+
+
+def test_json_text_is_plain_json_when_it_can_be() -> None:
+    assert json_text({"key": [1, None], "ü": 2}) == '{"key":[1,null],"ü":2}'
