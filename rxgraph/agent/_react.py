@@ -109,7 +109,12 @@ class ReactAgent:
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:
         # A turn takes up to two steps per model call; make sure the recursion limit allows a full turn.
-        config = config or RunnableConfig()
+        if config is None:
+            config = RunnableConfig()
+        elif not isinstance(config, RunnableConfig):
+            # Checked here, before reading its recursion limit, so the caller gets the graph's error, not an
+            # AttributeError.
+            raise InvalidTypeError(f"config must be a RunnableConfig, got {type(config).__name__}", argument="config")
         needed = 2 * self.max_iterations + 1
         return config if config.recursion_limit >= needed else config.model_copy(update={"recursion_limit": needed})
 

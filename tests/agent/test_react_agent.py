@@ -129,6 +129,16 @@ def test_agent_options_are_checked_when_it_is_built() -> None:
     assert no_stream.value.argument == "model"
 
 
+def test_a_config_that_is_not_a_runnable_config_is_refused_before_the_turn_starts() -> None:
+    model = ScriptedChatModel([[text("never")]])
+    agent = ReactAgent(model)
+    for call in (agent.stream, agent.invoke):
+        with pytest.raises(InvalidTypeError, match="config must be a RunnableConfig, got dict") as caught:
+            call("hi", {"thread_id": "t"})  # type: ignore[arg-type]
+        assert caught.value.argument == "config"
+    assert model.calls == 0
+
+
 def test_chat_chunks_are_what_the_model_node_streams() -> None:
     model = ScriptedChatModel([[text("Hel"), text("lo")]])
     outputs: list[Any] = []
