@@ -1,4 +1,10 @@
-"""rxgraph: stateful LLM agents and workflows as reactive graphs, where a turn is atomic under cancellation."""
+"""rxgraph: stateful LLM agents and workflows as reactive graphs, where a turn is atomic under cancellation.
+
+The public names, nothing else: graphs and runs from ``rxgraph.graph``, checkpoints and savers from
+``rxgraph.checkpoint``, and every error from ``rxgraph.errors``. Agents, messages and the testing tools live in
+their subpackages (``rxgraph.agent``, ``rxgraph.messages``, ``rxgraph.testing``), and the reactive operators in
+``rxgraph.rx``.
+"""
 
 import logging as _logging
 
@@ -6,21 +12,35 @@ from .checkpoint import Checkpoint, CheckpointSaver, MemorySaver, SqliteSaver
 from .errors import (
     CheckpointConflictError,
     CheckpointDecodeError,
+    CheckpointError,
     CheckpointNotFoundError,
+    ConfigurationError,
     DeadlockError,
+    DecodeError,
     GraphRecursionError,
     GraphValidationError,
     IncompatibleDatabaseError,
+    InvalidArgumentError,
+    InvalidCheckpointError,
+    InvalidTypeError,
+    InvalidUpdateError,
     MaxIterationsError,
+    MessageFormatError,
+    RouteError,
+    RunError,
     RunInterruptedError,
     RxGraphError,
+    SaverClosedError,
+    SaverTimeoutError,
     SerializationError,
     ThreadBusyError,
+    ToolInputError,
     UnsafeHistoryError,
 )
 from .graph import (
     END,
     START,
+    CancelPolicy,
     CompiledGraph,
     FrozenDict,
     FrozenList,
@@ -28,40 +48,60 @@ from .graph import (
     MultitaskPolicy,
     NodeOutput,
     RunnableConfig,
+    RunOutput,
     StateGraph,
     StateSnapshot,
     StreamingOutput,
+    TurnPolicy,
+    UnsafeHeadPolicy,
 )
 
 __all__ = [
     "END",
     "START",
+    "CancelPolicy",
     "Checkpoint",
     "CheckpointConflictError",
     "CheckpointDecodeError",
+    "CheckpointError",
     "CheckpointNotFoundError",
     "CheckpointSaver",
     "CompiledGraph",
+    "ConfigurationError",
     "DeadlockError",
+    "DecodeError",
     "FrozenDict",
     "FrozenList",
     "GraphRecursionError",
     "GraphValidationError",
     "IncompatibleDatabaseError",
+    "InvalidArgumentError",
+    "InvalidCheckpointError",
+    "InvalidTypeError",
+    "InvalidUpdateError",
     "KeyStrategy",
     "MaxIterationsError",
     "MemorySaver",
+    "MessageFormatError",
     "MultitaskPolicy",
     "NodeOutput",
+    "RouteError",
+    "RunError",
     "RunInterruptedError",
+    "RunOutput",
     "RunnableConfig",
     "RxGraphError",
+    "SaverClosedError",
+    "SaverTimeoutError",
     "SerializationError",
     "SqliteSaver",
     "StateGraph",
     "StateSnapshot",
     "StreamingOutput",
     "ThreadBusyError",
+    "ToolInputError",
+    "TurnPolicy",
+    "UnsafeHeadPolicy",
     "UnsafeHistoryError",
 ]
 

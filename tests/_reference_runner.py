@@ -11,7 +11,7 @@
 The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
 run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/runner.py``, one
 purpose-built observer per step) against this one. It shares with the runner only what is not the driving: base
-selection (``CompiledGraph._load_base``), the guarded write and the rewind (``RunContext``), the merge and routing.
+selection (``choose_base``), the guarded write and the rewind (``ThreadWriter``), the merge and the routing.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 
 from rxgraph import END, START, CheckpointConflictError, CompiledGraph, GraphRecursionError, NodeOutput, StreamingOutput
-from rxgraph.graph._run_context import RunContext
-from rxgraph.graph._safety import HistorySafety
+from rxgraph.graph._choose_base import choose_base
+from rxgraph.graph._writer import ThreadWriter
 
 __all__ = ["reference_stream"]
 
@@ -42,18 +42,29 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         run_config = (
             config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
         )
-        ctx = RunContext(config.thread_id, graph.checkpointer, HistorySafety(graph.messages_key))
+        spec = graph._spec  # the graph as a run sees it
+        writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
 
         def start(_: abc.SchedulerBase | None) -> Observable[NodeOutput]:
-            base = graph._load_base(ctx, run_config, input is not None)
+            base = None
+            if writer.saver is not None and writer.thread_id is not None:
+                choice = choose_base(
+                    writer.saver,
+                    writer.thread_id,
+                    checkpoint_id=run_config.checkpoint_id,
+                    has_input=input is not None,
+                    on_unsafe_head=spec.policy.on_unsafe_head,
+                )
+                writer.start(choice)
+                base = choice.base
             state: dict[str, Any] = dict(base.values) if base is not None else {}
             if input is None:
                 return steps(base.next[0] if base is not None and base.next else END, state, 0)
-            state = graph.schema.merge(state, input, origin="input")
-            first = graph.branches[START].next_node(MappingProxyType(state), graph.nodes)
-            ctx.commit(state, node=START, next_nodes=(first,) if first != END else (), source="input")
+            state = spec.schema.merge(state, input, origin="input")
+            first, next_nodes = spec.route(START, state)
+            writer.commit(state, node=START, next_nodes=next_nodes, source="input")
             return steps(first, state, 0)
 
         def steps(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
@@ -65,7 +76,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             return rx.defer(lambda _: step(name, state, count + 1))
 
         def step(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
-            node = graph.nodes[name]
+            node = spec.nodes[name]
             view = MappingProxyType(state)
             result = node.call(view, run_config)
             chunks: list[Any] = []
@@ -82,15 +93,13 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count)))
 
         def tail(name: str, state: dict[str, Any], updates: Sequence[Any], count: int) -> Observable[NodeOutput]:
-            if ctx.cancelled:
+            if writer.cancelled:
                 return rx.empty()
             for update in updates:
-                state = graph.schema.merge(state, update, origin=f"node {name!r}")
-            following = graph.branches[name].next_node(MappingProxyType(state), graph.nodes)
-            checkpoint = ctx.commit(
-                state, node=name, next_nodes=(following,) if following != END else (), source="loop"
-            )
-            if checkpoint is None and ctx.saver is not None:
+                state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
+            following, next_nodes = spec.route(name, state)
+            checkpoint = writer.commit(state, node=name, next_nodes=next_nodes, source="loop")
+            if checkpoint is None and writer.saver is not None:
                 return rx.empty()
             output = NodeOutput(name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
             return rx.concat(
@@ -109,11 +118,11 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             terminated[0] = True
 
         def rewind_if_cut() -> None:
-            if terminated[0] or graph.on_cancel == "keep":
-                ctx.close()
+            if terminated[0] or spec.policy.on_cancel == "keep":
+                writer.close()
                 return
             with contextlib.suppress(CheckpointConflictError):  # another writer moved the head: leave it
-                ctx.rewind()
+                writer.rewind()
 
         def start_later(observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None) -> abc.DisposableBase:
             # Start in an action on the run's scheduler (or the trampoline), and subscribe the machinery inside a
@@ -128,20 +137,20 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             return CompositeDisposable(scheduled, held)
 
         run = Observable(start_later).pipe(ops.do_action(on_error=mark_terminated, on_completed=mark_terminated))
-        return _flag_before_dispose(run, ctx).pipe(ops.finally_action(rewind_if_cut))
+        return _flag_before_dispose(run, writer).pipe(ops.finally_action(rewind_if_cut))
 
     # Not rx.defer: it hands its factory an ImmediateScheduler when the subscriber gave none, and "none" matters.
     return Observable(lambda observer, scheduler: per_subscription(scheduler).subscribe(observer, scheduler=scheduler))
 
 
-def _flag_before_dispose(source: Observable[NodeOutput], ctx: RunContext) -> Observable[NodeOutput]:
+def _flag_before_dispose(source: Observable[NodeOutput], writer: ThreadWriter) -> Observable[NodeOutput]:
     """On dispose: raise the run's cancelled flag, then dispose upstream (harmless after a terminal event)."""
 
     def subscribe(observer: abc.ObserverBase[NodeOutput], scheduler: abc.SchedulerBase | None) -> abc.DisposableBase:
         inner = source.subscribe(observer, scheduler=scheduler)
 
         def dispose() -> None:
-            ctx.mark_cancelled()
+            writer.mark_cancelled()
             inner.dispose()
 
         return Disposable(dispose)

@@ -57,6 +57,24 @@ class ReactAgent:
         on_unsafe_head: UnsafeHeadPolicy = "rollback",
         multitask: MultitaskPolicy = "enqueue",
     ) -> None:
+        """Build the agent and compile its graph.
+
+        Args:
+            model: the chat model: anything with ``stream(messages, tools)`` (see ``ChatModel``).
+            tools: ``Tool``s, or typed functions, which are made tools with ``tool``.
+            checkpointer: where the thread's turns are stored; without one, a turn sees only its own input.
+            system_prompt: sent first in every request to the model; never stored in the history.
+            max_iterations: model calls per turn; the last one is offered no tools.
+            on_cancel: what a cancelled turn leaves behind (see ``StateGraph.compile``).
+            on_unsafe_head: where a turn starts when the thread's head cannot take a user message.
+            multitask: what a turn does when another one holds the thread.
+
+        Raises:
+            InvalidTypeError: ``model`` has no ``stream`` method, or a function's signature cannot be described
+                to a model.
+            InvalidArgumentError: ``max_iterations`` < 1, a tool name is not allowed or used twice, or a policy is
+                not one of its choices.
+        """
         if not hasattr(model, "stream"):
             raise InvalidTypeError(
                 f"model must have a stream(messages, tools) method, got {type(model).__name__}", argument="model"
@@ -93,18 +111,54 @@ class ReactAgent:
 
     def stream(self, input: AgentInput, config: RunnableConfig | None = None) -> Observable[RunOutput]:
         """A cold Observable of one turn: ``StreamingOutput``s with the model's ``ChatChunk``s and the tools'
-        ``ToolMessage``s as they come, and a ``NodeOutput`` after each node."""
+        ``ToolMessage``s as they come, and a ``NodeOutput`` after each node.
+
+        A turn that fails reaches the subscriber's ``on_error``: ``MaxIterationsError`` when the model asks for
+        tools after its last allowed call, ``ThreadBusyError`` or ``RunInterruptedError`` (see ``multitask``),
+        ``UnsafeHistoryError`` (with ``on_unsafe_head="error"``), ``CheckpointConflictError``, or the model's own
+        error. A tool's failure does not fail the turn: it becomes an error ``ToolMessage`` the model reads.
+
+        Args:
+            input: the user's turn: its text, one message, or several messages.
+            config: the thread, scheduler and limits of the turn (the recursion limit is raised to fit
+                ``max_iterations``).
+
+        Raises:
+            InvalidArgumentError: ``input`` holds no message, or the agent has a checkpointer and ``config`` names
+                no thread.
+            InvalidTypeError: ``input`` holds something that is not a message, or ``config`` is not a
+                ``RunnableConfig``.
+        """
         return self.graph.stream({"messages": _user_messages(input)}, self._config(config))
 
     def invoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
-        """Run one turn to the end and return the model's final answer."""
+        """Run one turn to the end and return the model's final answer. Blocks until the turn ends.
+
+        Args:
+            input: as for ``stream``.
+            config: as for ``stream``.
+
+        Raises:
+            InvalidArgumentError: as for ``stream``.
+            InvalidTypeError: as for ``stream``.
+            DeadlockError: called on the event loop the turn's scheduler uses.
+            Exception: whatever the turn failed with (see ``stream``): ``MaxIterationsError``, the model's error...
+        """
         final = self.graph.invoke({"messages": _user_messages(input)}, self._config(config))
         answer = final["messages"][-1]
         assert isinstance(answer, AssistantMessage)
         return answer
 
     def get_state(self, config: RunnableConfig) -> StateSnapshot:
-        """The thread's state; ``values["messages"]`` is its history."""
+        """The thread's state; ``values["messages"]`` is its history.
+
+        Args:
+            config: names the thread (and, with ``checkpoint_id``, one of its checkpoints).
+
+        Raises:
+            InvalidArgumentError: the agent has no checkpointer, or ``config`` names no thread.
+            CheckpointNotFoundError: ``config.checkpoint_id`` is not a checkpoint of the thread.
+        """
         return self.graph.get_state(config)
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:

@@ -13,7 +13,7 @@ import reactivex as rx
 from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
-from rxgraph import END, START, KeyStrategy, MemorySaver, NodeOutput, RunnableConfig, StateGraph, StreamingOutput
+from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, RunOutput, StateGraph, StreamingOutput
 
 
 def build(saver: MemorySaver) -> Any:
@@ -40,7 +40,7 @@ def build(saver: MemorySaver) -> Any:
     )
 
 
-def _show(output: NodeOutput, scheduler: TestScheduler) -> None:
+def _show(output: RunOutput, scheduler: TestScheduler) -> None:
     if isinstance(output, StreamingOutput):
         print(f"  t={scheduler.clock:>5.0f}  {output.node:<6} chunk {output.chunk!r}")
     else:

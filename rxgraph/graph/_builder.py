@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, Self
+from types import MappingProxyType
+from typing import Self
 
-from ..errors import GraphValidationError
-from ._config import MultitaskPolicy
+from ..checkpoint._base import CheckpointSaver
+from ..errors import GraphValidationError, InvalidArgumentError, InvalidTypeError
+from ._compiled import CompiledGraph
+from ._config import CancelPolicy, MultitaskPolicy, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, RESERVED_NAMES, START
 from ._edges import Branch, Route
 from ._node import NodeAction, NodeSpec, Reducer
+from ._spec import GraphSpec
 from ._state import KeyStrategy, StateSchema
-
-UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
-CancelPolicy = Literal["rewind", "keep"]
-
-if TYPE_CHECKING:
-    from ..checkpoint._base import CheckpointSaver
-    from ._compiled import CompiledGraph
 
 __all__ = ["StateGraph"]
 
@@ -45,11 +42,13 @@ class StateGraph:
         is merged as an update in turn.
         """
         if not isinstance(name, str) or not name:
-            raise GraphValidationError(f"a node name must be a non-empty string, got {name!r}")
+            raise GraphValidationError(f"a node name must be a non-empty string, got {name!r}", node=str(name))
         if name in RESERVED_NAMES:
-            raise GraphValidationError(f"{name!r} is reserved (START and END are not nodes); choose another name")
+            raise GraphValidationError(
+                f"{name!r} is reserved (START and END are not nodes); choose another name", node=name
+            )
         if name in self._nodes:
-            raise GraphValidationError(f"a node named {name!r} already exists; node names must be unique")
+            raise GraphValidationError(f"a node named {name!r} already exists; node names must be unique", node=name)
         self._nodes[name] = NodeSpec.of(name, action, reduce)
         return self
 
@@ -67,14 +66,18 @@ class StateGraph:
         them; without, it returns a node name or ``END``.
         """
         if not callable(route):
-            raise GraphValidationError(f"the route of {source!r} must be callable, got {type(route).__name__}")
+            raise GraphValidationError(
+                f"the route of {source!r} must be callable, got {type(route).__name__}", node=source
+            )
         mapping: Mapping[Hashable, str] | None
         if path_map is None:
             mapping = None
         elif isinstance(path_map, Mapping):
             mapping = dict(path_map)
         elif isinstance(path_map, str):
-            raise GraphValidationError(f"the path map of {source!r} must be a mapping or a list of names, not a string")
+            raise GraphValidationError(
+                f"the path map of {source!r} must be a mapping or a list of names, not a string", node=source
+            )
         else:
             mapping = {name: name for name in path_map}
         self._conditional.append(Branch(source, route=route, path_map=mapping))
@@ -84,43 +87,54 @@ class StateGraph:
         self,
         checkpointer: CheckpointSaver | None = None,
         *,
-        on_unsafe_head: UnsafeHeadPolicy = "rollback",
-        on_cancel: CancelPolicy = "rewind",
+        policy: TurnPolicy | None = None,
+        on_unsafe_head: UnsafeHeadPolicy | None = None,
+        on_cancel: CancelPolicy | None = None,
+        multitask: MultitaskPolicy | None = None,
         messages_key: str | None = "messages",
-        multitask: MultitaskPolicy = "enqueue",
     ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
 
-        - ``checkpointer``: where the thread's checkpoints go (none: runs keep no state between them).
-        - ``on_unsafe_head``: what a run with new input does when the thread's head holds a history that cannot take
-          a new user message (a half turn left by a crash, an error, or an older version): ``"rollback"`` starts
-          from the newest safe checkpoint, ``"error"`` fails the run with ``UnsafeHistoryError``, ``"ignore"``
-          starts from the head anyway.
-        - ``on_cancel``: what happens to the thread when a subscriber cancels a run (dispose, ``take``,
-          ``take_until``, ``timeout``): ``"rewind"`` writes a new head equal to the state before the run, so the
-          turn is as if it never happened; ``"keep"`` leaves whatever the run had written.
-        - ``messages_key``: the state key holding the chat history the safety rules apply to (None: no rules).
-        - ``multitask``: what a run does when another run holds its thread (one run per thread at a time, among the
-          graphs sharing this checkpointer in this process): ``"enqueue"`` starts it once the other has ended,
-          ``"reject"`` fails it with ``ThreadBusyError``, ``"interrupt"`` cancels the other (which is rewound, and
-          whose subscriber gets ``RunInterruptedError``) and starts once it has. ``RunnableConfig(multitask=...)``
-          overrides it per run.
+        Args:
+            checkpointer: where the thread's checkpoints go (none: runs keep no state between them).
+            policy: how turns begin and end (``TurnPolicy``: ``on_unsafe_head``, ``on_cancel``, ``multitask``, with
+                their defaults); the three keywords below override single fields of it.
+            on_unsafe_head: ``"rollback"`` (default), ``"error"`` or ``"ignore"`` — see ``TurnPolicy``.
+            on_cancel: ``"rewind"`` (default) or ``"keep"`` — see ``TurnPolicy``.
+            multitask: ``"enqueue"`` (default), ``"reject"`` or ``"interrupt"`` — what a run does when another run
+                holds its thread (one run per thread at a time, among the graphs sharing this checkpointer in this
+                process); ``RunnableConfig(multitask=...)`` overrides it per run.
+            messages_key: the state key holding the chat history the safety rules apply to (None: no rules).
 
-        Raises ``GraphValidationError`` naming the problem (unknown node in an edge, no edge from START, a node with
-        no way out, several ways out of one node).
+        Returns:
+            The compiled graph.
+
+        Raises:
+            GraphValidationError: the graph is malformed (an unknown node in an edge, no edge from START, a node
+                with no way out, several ways out of one node), naming the problem.
+            InvalidArgumentError: a policy that is not one of its choices, or an empty ``messages_key``.
+            InvalidTypeError: ``checkpointer`` is not a ``CheckpointSaver``.
         """
-        from ._compiled import CompiledGraph
-
-        return CompiledGraph(
-            schema=self._schema,
-            nodes=dict(self._nodes),
-            branches=self._validate(),
-            checkpointer=checkpointer,
-            on_unsafe_head=on_unsafe_head,
-            on_cancel=on_cancel,
-            messages_key=messages_key,
-            multitask=multitask,
+        if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
+            raise InvalidTypeError(
+                f"checkpointer must be a CheckpointSaver, got {type(checkpointer).__name__}", argument="checkpointer"
+            )
+        if messages_key is not None and not (isinstance(messages_key, str) and messages_key):
+            raise InvalidArgumentError(
+                f"messages_key must be a non-empty string or None, got {messages_key!r}", argument="messages_key"
+            )
+        turns = (policy or TurnPolicy()).with_overrides(
+            on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask
         )
+        spec = GraphSpec(
+            schema=self._schema,
+            nodes=MappingProxyType(dict(self._nodes)),
+            branches=MappingProxyType(self._validate()),
+            checkpointer=checkpointer,
+            policy=turns,
+            messages_key=messages_key,
+        )
+        return CompiledGraph(spec)
 
     def _validate(self) -> dict[str, Branch]:
         nodes = self._nodes
@@ -133,16 +147,21 @@ class StateGraph:
         def claim(branch: Branch) -> None:
             if branch.source not in sources:
                 what = "END has no outgoing edges" if branch.source == END else f"unknown node {branch.source!r}"
-                raise GraphValidationError(f"edge from {branch.source!r}: {what}; nodes: {sorted(nodes)}")
+                raise GraphValidationError(
+                    f"edge from {branch.source!r}: {what}; nodes: {sorted(nodes)}", node=branch.source
+                )
             if branch.source in branches:
                 raise GraphValidationError(
                     f"{branch.source!r} has more than one way out (several edges, or an edge and a route); "
-                    "a node leads to one node, or to a route that picks one"
+                    "a node leads to one node, or to a route that picks one",
+                    node=branch.source,
                 )
             for target in branch.targets() or ():
                 if target not in targets:
                     what = "START cannot be a target" if target == START else f"unknown node {target!r}"
-                    raise GraphValidationError(f"edge {branch.source!r} -> {target!r}: {what}; nodes: {sorted(nodes)}")
+                    raise GraphValidationError(
+                        f"edge {branch.source!r} -> {target!r}: {what}; nodes: {sorted(nodes)}", node=branch.source
+                    )
             branches[branch.source] = branch
 
         for source, target in self._edges:
@@ -150,10 +169,10 @@ class StateGraph:
         for branch in self._conditional:
             claim(branch)
         if START not in branches:
-            raise GraphValidationError("no edge from START: add add_edge(START, <first node>)")
+            raise GraphValidationError("no edge from START: add add_edge(START, <first node>)", node=START)
         dead_ends = sorted(set(nodes) - set(branches))
         if dead_ends:
             raise GraphValidationError(
-                f"node(s) {dead_ends} have no outgoing edge; add an edge to the next node or to END"
+                f"node(s) {dead_ends} have no outgoing edge; add an edge to the next node or to END", node=dead_ends[0]
             )
         return branches

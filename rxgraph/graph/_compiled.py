@@ -1,96 +1,109 @@
-"""``CompiledGraph``: run a graph (``stream``, ``invoke``) and read its threads (``get_state``...)."""
+"""``CompiledGraph``: start runs (``stream``, ``invoke``) and read or update threads (``get_state``...).
+
+A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe)`` with ``do_on_cancel(run.cancel)``
+(which stops the run before its upstream is disposed) and ``do_finally(run.finished)`` (which rewinds a cancelled run
+once the whole upstream was torn down).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any
 
 from reactivex import Observable, abc
 from reactivex.scheduler import VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint._base import Checkpoint, CheckpointSaver
-from ..errors import CheckpointNotFoundError, DeadlockError, GraphValidationError, UnsafeHistoryError
-from ..rx import SignalType, do_finally, do_on_cancel
+from ..errors import (
+    CheckpointNotFoundError,
+    DeadlockError,
+    GraphValidationError,
+    InvalidArgumentError,
+    InvalidTypeError,
+)
+from ..rx import do_finally, do_on_cancel
 from ..rx._subscribe import subscribe_source
-from ._config import MultitaskPolicy, RunnableConfig
-from ._constants import END
-from ._edges import Branch
-from ._node import NodeSpec
-from ._outputs import NodeOutput, StateSnapshot
-from ._run_context import RunContext
-from ._runner import Run
-from ._safety import HistorySafety
+from ._choose_base import BaseChoice, choose_base
+from ._config import RunnableConfig, TurnPolicy
+from ._outputs import RunOutput, StateSnapshot
+from ._run import Run
 from ._slots import slots_for
-from ._state import StateSchema
-
-if TYPE_CHECKING:
-    from ._builder import CancelPolicy, UnsafeHeadPolicy
+from ._spec import GraphSpec
+from ._writer import ThreadWriter
 
 __all__ = ["CompiledGraph"]
-
-_log = logging.getLogger("rxgraph")
 
 
 class CompiledGraph:
     """A validated graph, ready to run. Build one with ``StateGraph(...).compile()``.
 
     ``stream`` is cold: it returns an Observable, and each subscription is an independent run that reads the thread's
-    head when it subscribes.
+    head when it starts.
     """
 
-    def __init__(
-        self,
-        *,
-        schema: StateSchema,
-        nodes: Mapping[str, NodeSpec],
-        branches: Mapping[str, Branch],
-        checkpointer: CheckpointSaver | None,
-        on_unsafe_head: UnsafeHeadPolicy = "rollback",
-        on_cancel: CancelPolicy = "rewind",
-        messages_key: str | None = "messages",
-        multitask: MultitaskPolicy = "enqueue",
-    ) -> None:
-        if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
-            raise TypeError(f"checkpointer must be a CheckpointSaver, got {type(checkpointer).__name__}")
-        if on_unsafe_head not in ("rollback", "error", "ignore"):
-            raise ValueError(f"on_unsafe_head must be 'rollback', 'error' or 'ignore', got {on_unsafe_head!r}")
-        if messages_key is not None and not (isinstance(messages_key, str) and messages_key):
-            raise ValueError(f"messages_key must be a non-empty string or None, got {messages_key!r}")
-        if on_cancel not in ("rewind", "keep"):
-            raise ValueError(f"on_cancel must be 'rewind' or 'keep', got {on_cancel!r}")
-        if multitask not in get_args(MultitaskPolicy):
-            raise ValueError(f"multitask must be 'enqueue', 'reject' or 'interrupt', got {multitask!r}")
-        self.multitask: MultitaskPolicy = multitask
-        self.on_unsafe_head: UnsafeHeadPolicy = on_unsafe_head
-        self.on_cancel: CancelPolicy = on_cancel
-        self.messages_key = messages_key
-        self.schema = schema
-        self.nodes: Mapping[str, NodeSpec] = MappingProxyType(dict(nodes))
-        self.branches: Mapping[str, Branch] = MappingProxyType(dict(branches))
-        self.checkpointer = checkpointer
+    def __init__(self, spec: GraphSpec) -> None:
+        self._spec = spec
+
+    @property
+    def checkpointer(self) -> CheckpointSaver | None:
+        """Where the graph's threads are stored (None: runs keep nothing)."""
+        return self._spec.checkpointer
+
+    @property
+    def policy(self) -> TurnPolicy:
+        """How the graph's turns begin and end (``on_unsafe_head``, ``on_cancel``, ``multitask``)."""
+        return self._spec.policy
+
+    @property
+    def messages_key(self) -> str | None:
+        """The state key whose chat history the sequence rules apply to (None: no rules)."""
+        return self._spec.messages_key
 
     # -- running -----------------------------------------------------------------------------------------------
 
     def stream(
         self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
-    ) -> Observable[NodeOutput]:
-        """A cold Observable of the run's outputs: a ``StreamingOutput`` per chunk a node streams, a ``NodeOutput``
-        per node that finished. Nothing runs and nothing is read until it is subscribed.
+    ) -> Observable[RunOutput]:
+        """A cold Observable of one run's outputs; nothing runs and nothing is read until it is subscribed.
 
-        ``input`` is merged into the thread's state with the key strategies and the run starts at ``START``; with
-        ``None`` the run continues from the checkpoint's ``next`` node (resuming a run that stopped early).
+        Each subscription is a run: it holds the thread (see ``multitask``), reads its base when it starts, merges
+        ``input`` into the state with the key strategies and starts at ``START`` — or, with ``input=None``,
+        continues from the base checkpoint's ``next`` node (resuming a run that stopped early). It emits a
+        ``StreamingOutput`` per chunk a node streams and a ``NodeOutput`` per node that finished.
+
+        Args:
+            input: the state keys this turn brings (a mapping), or None to resume.
+            config: the thread, scheduler and limits of the run.
+
+        Raises:
+            InvalidTypeError: ``config`` is not a ``RunnableConfig``.
+            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread.
         """
         return self._stream(input, config, None)
 
     def invoke(self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None) -> dict[str, Any]:
-        """Run to the end and return the final state's values. Blocks the calling thread until the run ends (also
-        when nodes run on other threads); with a virtual-time scheduler in the config, advances it until then."""
+        """Run to the end and return the final state's values.
+
+        Blocks the calling thread until the run ends (also when nodes run on other threads); with a virtual-time
+        scheduler in the config, advances it until then.
+
+        Args:
+            input: as for ``stream``.
+            config: as for ``stream``.
+
+        Returns:
+            The final state, as a plain dict of its (frozen) values.
+
+        Raises:
+            DeadlockError: called on the event loop its run's scheduler uses, or the run cannot finish on its
+                virtual-time scheduler.
+            Exception: whatever the run failed with (a node's own exception, ``GraphRecursionError``, ...).
+        """
         config = self._check_config(config)
         _refuse_blocking_on_own_loop(config.scheduler)
         final: list[Mapping[str, Any]] = []
@@ -106,7 +119,7 @@ class CompiledGraph:
         if not done.is_set() and isinstance(scheduler, VirtualTimeScheduler):
             VirtualTimeScheduler.start(scheduler)
             if not done.is_set():
-                raise RuntimeError(
+                raise DeadlockError(
                     "invoke() could not finish the run on its virtual-time scheduler (it is already running, or the "
                     "run waits for something that is never scheduled); subscribe to stream() instead"
                 )
@@ -120,34 +133,25 @@ class CompiledGraph:
         input: Mapping[str, Any] | None,
         config: RunnableConfig | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None,
-    ) -> Observable[NodeOutput]:
+    ) -> Observable[RunOutput]:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
         # subscription runs with.
         frozen_input = None if input is None else dict(freeze(dict(input))) if isinstance(input, Mapping) else input
+        spec = self._spec
 
         def _subscribe(
-            observer: abc.ObserverBase[NodeOutput], scheduler: abc.SchedulerBase | None = None
+            observer: abc.ObserverBase[RunOutput], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            # Everything per subscription starts here: a fresh context, the base read now.
-            run_scheduler = config.scheduler or scheduler
-            run_config = (
-                config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
-            )
-            ctx = RunContext(config.thread_id, self.checkpointer, HistorySafety(self.messages_key))
-            run = Run(
-                self, ctx, frozen_input, run_config, run_scheduler, on_final_state, config.multitask or self.multitask
-            )
-
-            def _finally(signal: SignalType) -> None:
-                if signal is SignalType.CANCEL:
-                    run.cancelled()
-
+            # Everything per subscription starts here: a fresh run, on the config's scheduler or the subscriber's.
+            run_config = config
+            if config.scheduler is None and scheduler is not None:
+                run_config = config.model_copy(update={"scheduler": scheduler})
+            run = Run(spec, frozen_input, run_config, on_final_state)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
-            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(_finally))
-            # `observer` is already the auto-detaching observer of this subscription; subscribing the pipeline with
-            # subscribe() would wrap it once more, one more call per streamed chunk for nothing.
+            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))
+            # `observer` is already the auto-detaching observer of this subscription: forward to it directly.
             return subscribe_source(pipeline, observer.on_next, observer.on_error, observer.on_completed, scheduler)
 
         return Observable(_subscribe)
@@ -156,153 +160,26 @@ class CompiledGraph:
         if config is None:
             config = RunnableConfig()
         elif not isinstance(config, RunnableConfig):
-            raise TypeError(f"config must be a RunnableConfig, got {type(config).__name__}")
-        if self.checkpointer is not None and config.thread_id is None:
-            raise ValueError("this graph has a checkpointer: give the run a thread, RunnableConfig(thread_id=...)")
+            raise InvalidTypeError(f"config must be a RunnableConfig, got {type(config).__name__}", argument="config")
+        if self._spec.checkpointer is not None and config.thread_id is None:
+            raise InvalidArgumentError(
+                "this graph has a checkpointer: give the run a thread, RunnableConfig(thread_id=...)",
+                argument="config",
+            )
         return config
 
-    def _load_base(self, ctx: RunContext, config: RunnableConfig, has_input: bool) -> Checkpoint | None:
-        """Read the thread's head and choose the base of a run (called at subscribe time)."""
-        saver = self.checkpointer
-        if saver is None or config.thread_id is None:
-            return None
-        head = saver.get(config.thread_id)
-        base = self._choose_base(saver, config, head, has_input)
-        skipped = None
-        if head is not None and base is not None and base.id != head.id and config.checkpoint_id is None:
-            skipped = head.id
-            _log.warning(
-                "thread %r: head checkpoint %s (seq %d) is not safe for new input (%s); the run starts from "
-                "checkpoint %s (seq %d)",
-                config.thread_id,
-                head.id,
-                head.seq,
-                head.unsafe_reason,
-                base.id,
-                base.seq,
-            )
-        # A cancelled run puts back what the thread looked like to a new turn: the base it chose, or, for a run from
-        # an explicit checkpoint (a replay), the head it found.
-        rewind_to = head if config.checkpoint_id is not None else base
-        ctx.start_from(head, base, rewind_to=rewind_to, rolled_back_from=skipped)
-        return base
-
-    def _choose_base(
-        self, saver: CheckpointSaver, config: RunnableConfig, head: Checkpoint | None, has_input: bool
-    ) -> Checkpoint | None:
-        thread_id = config.thread_id
-        assert thread_id is not None
-        if config.checkpoint_id is not None:
-            # An explicit checkpoint is a replay or a fork: the caller chose the base, no selection.
-            base = saver.get(thread_id, config.checkpoint_id)
-            if base is None:
-                raise CheckpointNotFoundError(
-                    f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}",
-                    thread_id=thread_id,
-                    checkpoint_id=config.checkpoint_id,
-                )
-            return base
-        if head is None or head.safe or not has_input or self.on_unsafe_head == "ignore":
-            # Without input the run resumes the head's own turn, which is allowed to be half done.
-            return head
-        if self.on_unsafe_head == "error":
-            raise UnsafeHistoryError(
-                f"thread {thread_id!r}: the head checkpoint {head.id!r} (seq {head.seq}) cannot take new input: "
-                f"{head.unsafe_reason}. Compile with on_unsafe_head='rollback' to start from the newest safe "
-                "checkpoint instead."
-            )
-        base = saver.latest_safe(thread_id, before_seq=head.seq)
-        if base is None:
-            raise UnsafeHistoryError(
-                f"thread {thread_id!r}: no checkpoint has a history that can take new input (the head "
-                f"{head.id!r} has: {head.unsafe_reason}); start a new thread, or run from a chosen "
-                "checkpoint with RunnableConfig(checkpoint_id=...)"
-            )
-        return base
-
-    def update_state(
-        self, config: RunnableConfig, values: Mapping[str, Any] | None, *, as_node: str | None = None
-    ) -> StateSnapshot:
-        """Write ``values`` into the thread from outside a run, merged with the key strategies, as a new head
-        (source ``update``), and return it.
-
-        The base is the head, or ``config.checkpoint_id`` to fork from an older checkpoint. With ``as_node`` the
-        update counts as that node's output: the graph's edge out of ``as_node`` decides the checkpoint's ``next``
-        (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's. The write is a
-        compare-and-set on the head (``CheckpointConflictError`` if a run moved it meanwhile), and the new
-        checkpoint records whether its history is safe, like any other.
-        """
-        saver, thread_id = self._saver_for(config)
-        if as_node is not None and as_node not in self.nodes:
-            raise GraphValidationError(f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(self.nodes)}")
-        slots, writer = slots_for(saver), _Writer()
-        claim = slots.claim(thread_id, writer, "reject")  # a live run: ThreadBusyError; one ending: wait for it
-        try:
-            if claim.outcome != "granted":
-                writer.wait()
-            return self._update(saver, thread_id, config, values, as_node)
-        finally:
-            slots.release(thread_id, writer)
-
-    def _update(
-        self,
-        saver: CheckpointSaver,
-        thread_id: str,
-        config: RunnableConfig,
-        values: Mapping[str, Any] | None,
-        as_node: str | None,
-    ) -> StateSnapshot:
-        head = saver.get(thread_id)
-        base = head
-        if config.checkpoint_id is not None:
-            base = saver.get(thread_id, config.checkpoint_id)
-            if base is None:
-                raise CheckpointNotFoundError(
-                    f"thread {thread_id!r} has no checkpoint {config.checkpoint_id!r}",
-                    thread_id=thread_id,
-                    checkpoint_id=config.checkpoint_id,
-                )
-        state = self.schema.merge(base.values if base is not None else {}, values, origin="update_state")
-        if as_node is not None:
-            following = self.branches[as_node].next_node(MappingProxyType(state), self.nodes)
-            next_nodes: tuple[str, ...] = (following,) if following != END else ()
-        else:
-            next_nodes = base.next if base is not None else ()
-        ctx = RunContext(thread_id, saver, HistorySafety(self.messages_key))
-        ctx.start_from(head, base, rewind_to=None)
-        written = ctx.commit(state, node=as_node, next_nodes=next_nodes, source="update")
-        assert written is not None  # a fresh context is never cancelled
-        return _snapshot(written)
-
-    def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
-        """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
-        when it is safe, else the newest safe checkpoint. Raises ``UnsafeHistoryError`` where such a run would."""
-        saver, thread_id = self._saver_for(config)
-        slots_for(saver).wait_settled(thread_id)
-        head = saver.get(thread_id)
-        base = self._choose_base(saver, config, head, True)
-        return _snapshot(base) if base is not None else StateSnapshot(values=MappingProxyType({}))
-
-    # -- reading threads ---------------------------------------------------------------------------------------
-
-    def _saver_for(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
-        if self.checkpointer is None:
-            raise ValueError("this graph has no checkpointer: compile(checkpointer=...) to keep state between runs")
-        if not isinstance(config, RunnableConfig) or config.thread_id is None:
-            raise ValueError("reading state needs a thread: RunnableConfig(thread_id=...)")
-        return self.checkpointer, config.thread_id
-
-    def _settled_saver_for(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
-        """The saver and thread to read, once a run that is rewinding the thread has landed its rewind."""
-        saver, thread_id = self._saver_for(config)
-        slots_for(saver).wait_settled(thread_id)
-        return saver, thread_id
+    # -- reading and updating threads --------------------------------------------------------------------------
 
     def get_state(self, config: RunnableConfig) -> StateSnapshot:
-        """The thread's state at its head (or at ``config.checkpoint_id``). Empty values for an unknown thread.
+        """The thread's state at its head (or at ``config.checkpoint_id``); empty values for an unknown thread.
 
-        If a cancelled run is rewinding the thread right now, this waits until its rewind has landed."""
-        saver, thread_id = self._settled_saver_for(config)
+        If a cancelled run is rewinding the thread right now, this waits until its rewind has landed.
+
+        Raises:
+            InvalidArgumentError: the graph has no checkpointer, or ``config`` names no thread.
+            CheckpointNotFoundError: ``config.checkpoint_id`` is not a checkpoint of the thread.
+        """
+        saver, thread_id = self._settled_thread(config)
         checkpoint = saver.get(thread_id, config.checkpoint_id)
         if checkpoint is None:
             if config.checkpoint_id is not None:
@@ -315,15 +192,101 @@ class CompiledGraph:
         return _snapshot(checkpoint)
 
     def get_state_history(self, config: RunnableConfig, *, limit: int | None = None) -> list[StateSnapshot]:
-        """Every state of the thread, newest first (including those of cancelled or failed runs)."""
-        saver, thread_id = self._settled_saver_for(config)
+        """Every state of the thread, newest first (including those of cancelled or failed runs), at most
+        ``limit`` of them. Waits for a rewind in flight, like ``get_state``.
+
+        Raises:
+            InvalidArgumentError: the graph has no checkpointer, ``config`` names no thread, or ``limit`` < 0.
+        """
+        saver, thread_id = self._settled_thread(config)
         return [_snapshot(checkpoint) for checkpoint in saver.list(thread_id, limit=limit)]
 
+    def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
+        when it is safe, else the newest safe checkpoint.
 
-class _Writer:
-    """Holds a thread's slot for ``update_state``: a write from outside a run waits for a rewinding run, and runs,
-    reads and other updates that arrive meanwhile wait for it, as for a run that is ending (it is one short write,
-    so an interrupting run waits too)."""
+        Raises:
+            InvalidArgumentError: the graph has no checkpointer, or ``config`` names no thread.
+            UnsafeHistoryError: where such a run would fail with it.
+        """
+        saver, thread_id = self._settled_thread(config)
+        base = choose_base(
+            saver,
+            thread_id,
+            checkpoint_id=config.checkpoint_id,
+            has_input=True,
+            on_unsafe_head=self._spec.policy.on_unsafe_head,
+        ).base
+        return _snapshot(base) if base is not None else StateSnapshot(values=MappingProxyType({}))
+
+    def update_state(
+        self, config: RunnableConfig, values: Mapping[str, Any] | None, *, as_node: str | None = None
+    ) -> StateSnapshot:
+        """Write ``values`` into the thread from outside a run, merged with the key strategies, as a new head
+        (source ``update``), and return it.
+
+        The base is the head, or ``config.checkpoint_id`` to fork from an older checkpoint. With ``as_node`` the
+        update counts as that node's output: the graph's edge out of ``as_node`` decides the checkpoint's ``next``
+        (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's. The new checkpoint
+        records whether its history is safe, like any other.
+
+        Args:
+            config: the thread (and optionally the checkpoint to fork from).
+            values: the update, merged with the key strategies.
+            as_node: the node the update stands in for.
+
+        Raises:
+            ThreadBusyError: a run is live on the thread (one that is rewinding is waited for).
+            GraphValidationError: ``as_node`` is not a node of the graph.
+            CheckpointNotFoundError: ``config.checkpoint_id`` is not a checkpoint of the thread.
+            CheckpointConflictError: another process moved the head meanwhile.
+        """
+        saver, thread_id = self._thread(config)
+        spec = self._spec
+        if as_node is not None and as_node not in spec.nodes:
+            raise GraphValidationError(
+                f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(spec.nodes)}", node=as_node
+            )
+        slots, holder = slots_for(saver), _UpdateHolder()
+        claim = slots.claim(thread_id, holder, "reject")  # a live run: ThreadBusyError; one ending: wait for it
+        try:
+            if claim.outcome != "granted":
+                holder.wait()
+            writer = ThreadWriter(thread_id, saver, spec.messages_key, run_id=holder.run_id)
+            choice = choose_base(
+                saver, thread_id, checkpoint_id=config.checkpoint_id, has_input=False, on_unsafe_head="ignore"
+            )
+            writer.start(BaseChoice(choice.head, choice.base, rewind_to=None))
+            base = choice.base
+            state = spec.schema.merge(base.values if base is not None else {}, values, origin="update_state")
+            next_nodes = spec.route(as_node, state)[1] if as_node is not None else base.next if base else ()
+            written = writer.commit(state, node=as_node, next_nodes=next_nodes, source="update")
+            assert written is not None  # a fresh writer is never cancelled
+            return _snapshot(written)
+        finally:
+            slots.release(thread_id, holder)
+
+    def _thread(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
+        saver = self._spec.checkpointer
+        if saver is None:
+            raise InvalidArgumentError(
+                "this graph has no checkpointer: compile(checkpointer=...) to keep state between runs",
+                argument="checkpointer",
+            )
+        if not isinstance(config, RunnableConfig) or config.thread_id is None:
+            raise InvalidArgumentError("reading state needs a thread: RunnableConfig(thread_id=...)", argument="config")
+        return saver, config.thread_id
+
+    def _settled_thread(self, config: RunnableConfig) -> tuple[CheckpointSaver, str]:
+        """The saver and thread to read, once a run that is rewinding the thread has landed its rewind."""
+        saver, thread_id = self._thread(config)
+        slots_for(saver).wait_settled(thread_id)
+        return saver, thread_id
+
+
+class _UpdateHolder:
+    """Holds a thread's slot for ``update_state``: runs, reads and other updates that arrive meanwhile wait for it,
+    as for a run that is ending (it is one short write, so an interrupting run waits too)."""
 
     ending = True
 

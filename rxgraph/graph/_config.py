@@ -1,17 +1,75 @@
-"""``RunnableConfig``: what a run needs to know besides its input."""
+"""What a run is told besides its input: ``RunnableConfig`` per run, and the graph's ``TurnPolicy``."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from reactivex import abc
 
-__all__ = ["MultitaskPolicy", "RunnableConfig"]
+from ..errors import InvalidArgumentError
+
+__all__ = ["CancelPolicy", "MultitaskPolicy", "RunnableConfig", "TurnPolicy", "UnsafeHeadPolicy"]
+
+UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
+"""What a run with new input does when the thread's head cannot take a new user message: start from the newest safe
+checkpoint, fail with ``UnsafeHistoryError``, or start from the head anyway."""
+
+CancelPolicy = Literal["rewind", "keep"]
+"""What a cancelled run leaves behind: the thread rewound to its state before the run, or what the run wrote."""
 
 MultitaskPolicy = Literal["enqueue", "reject", "interrupt"]
 """What a run does when another run holds its thread: wait for it to end, fail with ``ThreadBusyError``, or cancel
 it (it is rewound) and start once it has ended. A run that is only finishing its rewind is always waited for."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPolicy:
+    """How a graph's turns begin and end — the defaults live here, and only here.
+
+    - ``on_unsafe_head`` (``"rollback"``): what a run with new input does when the thread's head holds a history
+      that cannot take a new user message (a half turn left by a crash, an error, or an older version):
+      ``"rollback"`` starts from the newest safe checkpoint, ``"error"`` fails the run with ``UnsafeHistoryError``,
+      ``"ignore"`` starts from the head anyway.
+    - ``on_cancel`` (``"rewind"``): what happens to the thread when a run is cancelled (dispose, ``take``,
+      ``take_until``, ``timeout``, a failing subscriber, an interrupt): ``"rewind"`` writes a new head equal to the
+      state before the run, so the turn is as if it never happened; ``"keep"`` leaves what the run had written.
+    - ``multitask`` (``"enqueue"``): what a run does when another run holds its thread, see ``MultitaskPolicy``.
+
+    Raises:
+        InvalidArgumentError: a policy that is not one of its choices.
+    """
+
+    on_unsafe_head: UnsafeHeadPolicy = "rollback"
+    on_cancel: CancelPolicy = "rewind"
+    multitask: MultitaskPolicy = "enqueue"
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("on_unsafe_head", UnsafeHeadPolicy),
+            ("on_cancel", CancelPolicy),
+            ("multitask", MultitaskPolicy),
+        ):
+            choices = get_args(allowed)
+            value = getattr(self, name)
+            if value not in choices:
+                listed = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+                raise InvalidArgumentError(f"{name} must be {listed}, got {value!r}", argument=name)
+
+    def with_overrides(
+        self,
+        *,
+        on_unsafe_head: UnsafeHeadPolicy | None = None,
+        on_cancel: CancelPolicy | None = None,
+        multitask: MultitaskPolicy | None = None,
+    ) -> TurnPolicy:
+        """This policy with the given fields replaced (``None`` keeps a field)."""
+        return TurnPolicy(
+            on_unsafe_head=self.on_unsafe_head if on_unsafe_head is None else on_unsafe_head,
+            on_cancel=self.on_cancel if on_cancel is None else on_cancel,
+            multitask=self.multitask if multitask is None else multitask,
+        )
 
 
 class RunnableConfig(BaseModel):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from ..errors import GraphValidationError
+from ..errors import RouteError
 from ._constants import END
 
 __all__ = ["Branch", "Route"]
@@ -42,13 +42,17 @@ class Branch:
             try:
                 return self.path_map[label]
             except (KeyError, TypeError):
-                raise GraphValidationError(
+                raise RouteError(
                     f"the route of {self.source!r} returned {label!r}, which is not a label of its path map "
-                    f"{sorted(map(str, self.path_map))}"
+                    f"{sorted(map(str, self.path_map))}",
+                    node=self.source,
+                    label=label,
                 ) from None
         if isinstance(label, str) and (label in nodes or label == END):
             return label
-        raise GraphValidationError(
+        raise RouteError(
             f"the route of {self.source!r} returned {label!r}, which is neither a node of the graph nor END; "
-            f"nodes: {sorted(nodes)}"
+            f"nodes: {sorted(nodes)}",
+            node=self.source,
+            label=label,
         )

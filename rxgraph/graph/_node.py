@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from reactivex import Observable
 
+from ..errors import InvalidTypeError, InvalidUpdateError
+
 if TYPE_CHECKING:
     from ._config import RunnableConfig
 
@@ -36,7 +38,9 @@ def _takes_config(action: Callable[..., Any]) -> bool:
         if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
             positional += 1
     if positional == 0:
-        raise TypeError(f"a node action must accept the state as its first argument: {action!r} takes none")
+        raise InvalidTypeError(
+            f"a node action must accept the state as its first argument: {action!r} takes none", argument="action"
+        )
     return positional >= 2
 
 
@@ -52,9 +56,13 @@ class NodeSpec:
     @classmethod
     def of(cls, name: str, action: NodeAction, reduce: Reducer | None) -> NodeSpec:
         if not callable(action):
-            raise TypeError(f"node {name!r}: the action must be callable, got {type(action).__name__}")
+            raise InvalidTypeError(
+                f"node {name!r}: the action must be callable, got {type(action).__name__}", argument="action"
+            )
         if reduce is not None and not callable(reduce):
-            raise TypeError(f"node {name!r}: reduce must be callable, got {type(reduce).__name__}")
+            raise InvalidTypeError(
+                f"node {name!r}: reduce must be callable, got {type(reduce).__name__}", argument="reduce"
+            )
         return cls(name, action, reduce, _takes_config(action))
 
     def call(self, state: Mapping[str, Any], config: RunnableConfig) -> NodeResult:
@@ -70,8 +78,9 @@ class NodeSpec:
             return (self.reduce(chunks),)
         for index, chunk in enumerate(chunks):
             if not isinstance(chunk, Mapping):
-                raise TypeError(
+                raise InvalidUpdateError(
                     f"node {self.name!r} streamed a {type(chunk).__name__} chunk (#{index}) and has no reduce function "
-                    f"to turn its chunks into a state update; pass add_node({self.name!r}, action, reduce=...)"
+                    f"to turn its chunks into a state update; pass add_node({self.name!r}, action, reduce=...)",
+                    node=self.name,
                 )
         return chunks

@@ -1,4 +1,5 @@
-"""What a run emits (``NodeOutput``, ``StreamingOutput``) and what ``get_state`` returns (``StateSnapshot``)."""
+"""What a run emits (``RunOutput``: ``NodeOutput``, ``StreamingOutput``) and what ``get_state`` returns
+(``StateSnapshot``)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..checkpoint._base import Checkpoint
 
-__all__ = ["NodeOutput", "StateSnapshot", "StreamingOutput"]
+__all__ = ["NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput"]
 
 
-class NodeOutput:
-    """A node finished: its update is merged into ``state`` (read-only) and, with a checkpointer, persisted.
+class RunOutput:
+    """What a run emits: a ``NodeOutput`` when a node finished, a ``StreamingOutput`` for each chunk a node
+    streams. ``node`` is the node, ``state`` a read-only view of the state (after the node, for a ``NodeOutput``;
+    the one the node started from, for a ``StreamingOutput``). Outputs are immutable and compare by value."""
 
-    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer). Outputs are
-    immutable.
-    """
-
-    # Plain slots behind read-only properties rather than a frozen dataclass: a frozen dataclass's __init__ costs
+    # Plain slots behind read-only properties rather than frozen dataclasses: a frozen dataclass's __init__ costs
     # about four times as much, and a StreamingOutput is built for every chunk a node streams.
-    __slots__ = ("_checkpoint_id", "_node", "_state")
-    __match_args__ = ("node", "state")
+    __slots__ = ("_node", "_state")
 
     _node: str
     _state: Mapping[str, Any]
-    _checkpoint_id: str | None
-
-    def __init__(self, node: str, state: Mapping[str, Any], *, checkpoint_id: str | None = None) -> None:
-        self._node = node
-        self._state = state
-        self._checkpoint_id = checkpoint_id
 
     @property
     def node(self) -> str:
@@ -41,6 +33,34 @@ class NodeOutput:
     def state(self) -> Mapping[str, Any]:
         return self._state
 
+    def _fields(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, RunOutput)
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # the state is a mapping: outputs are not hashable
+
+
+class NodeOutput(RunOutput):
+    """A node finished: its update is merged into ``state`` and, with a checkpointer, persisted.
+
+    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer).
+    """
+
+    __slots__ = ("_checkpoint_id",)
+    __match_args__ = ("node", "state")
+
+    _checkpoint_id: str | None
+
+    def __init__(self, node: str, state: Mapping[str, Any], *, checkpoint_id: str | None = None) -> None:
+        self._node = node
+        self._state = state
+        self._checkpoint_id = checkpoint_id
+
     @property
     def checkpoint_id(self) -> str | None:
         return self._checkpoint_id
@@ -48,23 +68,13 @@ class NodeOutput:
     def _fields(self) -> tuple[Any, ...]:
         return (self._node, self._state, self._checkpoint_id)
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        assert isinstance(other, NodeOutput)
-        return self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]  # the state is a mapping: outputs are not hashable
-
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(node={self._node!r}, state={self._state!r}, checkpoint_id={self._checkpoint_id!r})"
-        )
+        return f"NodeOutput(node={self._node!r}, state={self._state!r}, checkpoint_id={self._checkpoint_id!r})"
 
 
-class StreamingOutput(NodeOutput):
-    """One chunk a node streamed while it runs. ``state`` is the state the node started from; ``checkpoint_id`` is
-    always None (a chunk is not checkpointed)."""
+class StreamingOutput(RunOutput):
+    """One chunk a node streamed while it runs; ``state`` is the state the node started from. A chunk is not
+    checkpointed: its node's ``NodeOutput`` follows once the stream completed."""
 
     __slots__ = ("_chunk",)
     __match_args__ = ("node", "state", "chunk")
@@ -72,7 +82,6 @@ class StreamingOutput(NodeOutput):
     _chunk: Any
 
     def __init__(self, node: str, state: Mapping[str, Any], chunk: Any) -> None:
-        # Built once per streamed chunk: three stores and nothing else (no checkpoint id to store).
         self._node = node
         self._state = state
         self._chunk = chunk
@@ -80,10 +89,6 @@ class StreamingOutput(NodeOutput):
     @property
     def chunk(self) -> Any:
         return self._chunk
-
-    @property
-    def checkpoint_id(self) -> None:
-        return None
 
     def _fields(self) -> tuple[Any, ...]:
         return (self._node, self._state, self._chunk)

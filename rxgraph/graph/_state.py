@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._frozen import FrozenDict, FrozenList, freeze
+from ..errors import InvalidTypeError, InvalidUpdateError
 
 __all__ = ["KeyStrategy", "StateSchema"]
 
@@ -38,9 +39,11 @@ class StateSchema:
         checked: dict[str, KeyStrategy] = {}
         for key, strategy in (strategies or {}).items():
             if not isinstance(key, str):
-                raise TypeError(f"state keys must be strings, got {key!r}")
+                raise InvalidTypeError(f"state keys must be strings, got {key!r}", argument="schema")
             if not isinstance(strategy, KeyStrategy):
-                raise TypeError(f"state key {key!r}: expected a KeyStrategy, got {strategy!r}")
+                raise InvalidTypeError(
+                    f"state key {key!r}: expected a KeyStrategy, got {strategy!r}", argument="schema"
+                )
             checked[key] = strategy
         self._strategies = checked
 
@@ -52,17 +55,31 @@ class StateSchema:
     def strategy(self, key: str) -> KeyStrategy:
         return self._strategies.get(key, KeyStrategy.REPLACE)
 
-    def merge(self, state: Mapping[str, Any], update: Mapping[str, Any] | None, *, origin: str) -> dict[str, Any]:
-        """A new state: ``state`` with ``update`` applied key by key. ``origin`` names the node for errors."""
+    def merge(
+        self, state: Mapping[str, Any], update: Mapping[str, Any] | None, *, origin: str, node: str | None = None
+    ) -> dict[str, Any]:
+        """A new state: ``state`` with ``update`` applied key by key.
+
+        Args:
+            state: the state before (not changed).
+            update: the keys to merge in (None or empty: a copy of ``state``).
+            origin: what the update comes from, for error messages ("node 'x'", "input", ...).
+            node: the node it comes from, if one (the error's ``node``).
+
+        Raises:
+            InvalidUpdateError: the update is not a mapping of string keys, or a ``MERGE`` key gets a non-mapping.
+        """
         new = dict(state)
         if not update:
             return new
         if not isinstance(update, Mapping):
-            raise TypeError(f"{origin}: an update must be a mapping of state keys, got {type(update).__name__}")
+            raise InvalidUpdateError(
+                f"{origin}: an update must be a mapping of state keys, got {type(update).__name__}", node=node
+            )
         strategies = self._strategies
         for key, value in update.items():
             if not isinstance(key, str):
-                raise TypeError(f"{origin}: state keys must be strings, got {key!r}")
+                raise InvalidUpdateError(f"{origin}: state keys must be strings, got {key!r}", node=node)
             strategy = strategies.get(key, KeyStrategy.REPLACE)
             if strategy is KeyStrategy.REPLACE:
                 new[key] = freeze(value)
@@ -74,8 +91,9 @@ class StateSchema:
                 new[key] = old.extended(freeze(v) for v in items)
             else:
                 if not isinstance(value, Mapping):
-                    raise TypeError(
-                        f"{origin}: key {key!r} uses KeyStrategy.MERGE and needs a mapping, got {type(value).__name__}"
+                    raise InvalidUpdateError(
+                        f"{origin}: key {key!r} uses KeyStrategy.MERGE and needs a mapping, got {type(value).__name__}",
+                        node=node,
                     )
                 old_map = new.get(key)
                 merged: dict[Any, Any] = dict(old_map) if isinstance(old_map, Mapping) else {}

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..checkpoint._memory import MemorySaver
-from ..errors import UnsafeHistoryError
+from ..errors import InvalidArgumentError, UnsafeHistoryError
 from ..graph._config import RunnableConfig
 from ..messages._rules import check_request
 from ..messages._types import UserMessage
@@ -110,16 +110,18 @@ def explore_cancellations(
     next turn would make.
     """
     if not inputs:
-        raise ValueError("a scenario needs at least one turn")
+        raise InvalidArgumentError("a scenario needs at least one turn", argument="inputs")
     thread_id = config.thread_id if config is not None and config.thread_id else "explore"
     report = ExplorationReport()
     targets = range(len(inputs)) if turns is None else turns
     for way in next_turn:
         if way not in ("after_end", "from_callback"):
-            raise ValueError(f"unknown next_turn {way!r}; use 'after_end' or 'from_callback'")
+            raise InvalidArgumentError(
+                f"unknown next_turn {way!r}; use 'after_end' or 'from_callback'", argument="next_turn"
+            )
     for turn in targets:
         if not 0 <= turn < len(inputs):
-            raise ValueError(f"turn {turn} is not in the scenario (0..{len(inputs) - 1})")
+            raise InvalidArgumentError(f"turn {turn} is not in the scenario (0..{len(inputs) - 1})", argument="turns")
         baseline = _Run(make, inputs, thread_id, saver_factory, turn, None, probe, "after_end")
         report.points.append((turn, "no cancellation"))
         report.violations.extend(baseline.violations())
@@ -163,7 +165,9 @@ def _cancel_points(record: TurnRecord, modes: Sequence[CancelMode]) -> list[Canc
             gaps = sorted({b - a for a, b in itertools.pairwise(outputs) if b > a})
             points += [timeout_after(g / 2) for g in gaps]
         else:
-            raise ValueError(f"unknown cancel mode {mode!r}; use 'dispose', 'timeout' or 'take_until'")
+            raise InvalidArgumentError(
+                f"unknown cancel mode {mode!r}; use 'dispose', 'timeout' or 'take_until'", argument="modes"
+            )
     return points
 
 

@@ -14,9 +14,10 @@ from reactivex.testing import TestScheduler
 
 from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..checkpoint._memory import MemorySaver
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..graph._compiled import CompiledGraph
 from ..graph._config import RunnableConfig
-from ..graph._outputs import NodeOutput, StreamingOutput
+from ..graph._outputs import RunOutput, StreamingOutput
 from ..rx import SignalType, do_finally
 from ._recording import Event, Recorder, RecordingSaver
 from ._timeline import render_timeline
@@ -38,7 +39,7 @@ __all__ = [
 class Streamable(Protocol):
     """What the harness drives: a ``CompiledGraph``, or a ``ReactAgent`` (anything with this ``stream``)."""
 
-    def stream(self, input: Any, config: RunnableConfig | None = None) -> Observable[NodeOutput]: ...
+    def stream(self, input: Any, config: RunnableConfig | None = None) -> Observable[RunOutput]: ...
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class TurnRecord:
         return next((e.tick for e in self.events if e.kind == "cancel"), None)
 
     @property
-    def outputs(self) -> list[tuple[float, NodeOutput]]:
+    def outputs(self) -> list[tuple[float, RunOutput]]:
         return [(e.tick, e.value) for e in self.events if e.kind in ("chunk", "node")]
 
     @property
@@ -183,7 +184,9 @@ class CancellationHarness:
         """The compiled graph behind the target (the target itself, or an agent's ``graph``)."""
         graph = getattr(self.target, "graph", self.target)
         if not isinstance(graph, CompiledGraph):
-            raise TypeError(f"{type(self.target).__name__} is neither a CompiledGraph nor has a .graph")
+            raise InvalidTypeError(
+                f"{type(self.target).__name__} is neither a CompiledGraph nor has a .graph", argument="make"
+            )
         return graph
 
     def head(self) -> Checkpoint | None:
@@ -207,7 +210,7 @@ class CancellationHarness:
         ``dispose_when``) it is right after ``dispose()`` returned. ``cancels`` maps a turn's index to its cancel.
         """
         if not inputs:
-            raise ValueError("run_chained needs at least one input")
+            raise InvalidArgumentError("run_chained needs at least one input", argument="inputs")
         cancels = cancels or {}
         turns: list[_Turn] = []
 
@@ -270,7 +273,7 @@ class CancellationHarness:
             turn.end_event = len(recorder.events)
             turn.head = self.head()
 
-        def on_next(output: NodeOutput) -> None:
+        def on_next(output: RunOutput) -> None:
             recorder.record("chunk" if isinstance(output, StreamingOutput) else "node", output.node, output)
 
         def on_error(error: Exception) -> None:

@@ -6,7 +6,18 @@ from typing import Any
 
 import pytest
 
-from rxgraph import END, START, FrozenDict, FrozenList, KeyStrategy, MemorySaver, NodeOutput, RunnableConfig, StateGraph
+from rxgraph import (
+    END,
+    START,
+    FrozenDict,
+    FrozenList,
+    KeyStrategy,
+    MemorySaver,
+    NodeOutput,
+    RunnableConfig,
+    RunOutput,
+    StateGraph,
+)
 from rxgraph.graph._state import StateSchema
 
 
@@ -99,7 +110,9 @@ def test_outputs_are_immutable_and_compare_by_value() -> None:
         output.extra = 1  # type: ignore[attr-defined]
     assert output == NodeOutput("n", state, checkpoint_id="c1") and output != NodeOutput("n", state)
     chunk = StreamingOutput("n", state, "tok")
-    assert isinstance(chunk, NodeOutput) and chunk.chunk == "tok" and chunk != output
+    # Siblings under RunOutput: a chunk is not a NodeOutput, so `isinstance(o, NodeOutput)` picks node outputs only.
+    assert isinstance(chunk, RunOutput) and not isinstance(chunk, NodeOutput)
+    assert chunk.chunk == "tok" and chunk != output
     match chunk:
         case StreamingOutput(node, _, text):
             assert (node, text) == ("n", "tok")

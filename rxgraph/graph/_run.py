@@ -36,31 +36,36 @@ looping ten thousand times uses a constant amount of stack.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reactivex import abc
 from reactivex.disposable import Disposable, SerialDisposable
 from reactivex.scheduler import CurrentThreadScheduler
 
-from ..errors import CheckpointConflictError, GraphRecursionError, RunInterruptedError, ThreadBusyError
+from .._log import log
+from ..errors import (
+    CheckpointConflictError,
+    GraphRecursionError,
+    InvalidTypeError,
+    InvalidUpdateError,
+    RunInterruptedError,
+    ThreadBusyError,
+)
+from ..rx import SignalType
 from ..rx._subscribe import subscribe_source
+from ._choose_base import choose_base
+from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import END, START
 from ._node import NodeSpec
-from ._outputs import NodeOutput, StreamingOutput
-from ._run_context import RunContext
+from ._outputs import NodeOutput, RunOutput, StreamingOutput
 from ._slots import RunSlots, slots_for
-
-if TYPE_CHECKING:
-    from ._compiled import CompiledGraph
-    from ._config import MultitaskPolicy, RunnableConfig
+from ._spec import GraphSpec
+from ._writer import ThreadWriter
 
 __all__ = ["Run"]
-
-_log = logging.getLogger("rxgraph")
 
 # A StreamingOutput is built for every chunk: object.__new__ and three stores cost a third less than calling the
 # class (whose __init__ is a Python frame on 3.11). outputs.py keeps the fields' names and their meaning.
@@ -138,7 +143,8 @@ class _Step:
 
 
 class Run:
-    """One run of a compiled graph for one subscriber. Created when the stream is subscribed."""
+    """One run of a compiled graph for one subscriber, from its subscription to its end. Created per subscription
+    by ``CompiledGraph.stream``, which wires ``cancel`` with ``do_on_cancel`` and ``finished`` with ``do_finally``."""
 
     __slots__ = (
         "_driver",
@@ -147,41 +153,40 @@ class Run:
         "_policy",
         "_slots",
         "config",
-        "ctx",
         "current",
         "disposed",
         "emitting",
         "ending",
         "ending_thread",
-        "graph",
         "input",
         "next_node",
         "observer",
         "on_final_state",
         "pending",
         "scheduler",
+        "spec",
         "state",
         "step",
         "steps",
+        "writer",
     )
 
     def __init__(
         self,
-        graph: CompiledGraph,
-        ctx: RunContext,
+        spec: GraphSpec,
         input: Mapping[str, Any] | None,
         config: RunnableConfig,
-        scheduler: abc.SchedulerBase | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
-        multitask: MultitaskPolicy = "enqueue",
     ) -> None:
-        self.graph = graph
-        self.ctx = ctx
+        """``config.scheduler`` is the run's scheduler (the caller put the subscriber's there when the config had
+        none); ``on_final_state`` is called with the final state right before ``on_completed``."""
+        self.spec = spec
         self.input = input
         self.config = config
-        self.scheduler = scheduler
+        self.scheduler = config.scheduler
         self.on_final_state = on_final_state
-        self.observer: abc.ObserverBase[NodeOutput] = _NO_OBSERVER
+        self.writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
+        self.observer: abc.ObserverBase[RunOutput] = _NO_OBSERVER
         self.disposed = False  # no step may start any more: cancelled, or the run ended
         self.state: dict[str, Any] = {}
         self.next_node: str = END
@@ -195,23 +200,28 @@ class Run:
         self.emitting = False  # an output is being handed to the subscriber right now
         self.pending: Exception | None = None  # a terminal error another thread could not deliver (interrupt)
         self._driver: int | None = None  # the thread the drive loop last ran on
-        self._policy = multitask
-        saver = ctx.saver
-        self._slots: RunSlots | None = slots_for(saver) if saver is not None and ctx.thread_id is not None else None
+        self._policy: MultitaskPolicy = config.multitask or spec.policy.multitask
+        saver = self.writer.saver
+        self._slots: RunSlots | None = slots_for(saver) if saver is not None else None
 
     @property
     def run_id(self) -> str:
-        return self.ctx.run_id
+        return self.writer.run_id
+
+    @property
+    def thread_id(self) -> str | None:
+        return self.writer.thread_id
 
     # -- subscription and the thread's slot --------------------------------------------------------------------
 
-    def subscribe(self, observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None = None) -> Disposable:
+    def subscribe(self, observer: abc.ObserverBase[RunOutput], _: abc.SchedulerBase | None = None) -> Disposable:
+        """Claim the thread's slot (or line up for it) and schedule the start; nothing runs before this returns."""
         self.observer = observer
         slots = self._slots
         if slots is None:
             self._schedule(self._start)
             return Disposable(self._dispose)
-        thread_id = self.ctx.thread_id
+        thread_id = self.thread_id
         assert thread_id is not None
         try:
             claim = slots.claim(thread_id, self, self._policy)
@@ -248,8 +258,18 @@ class Run:
 
     def _begin(self) -> None:
         """Read the base (now, at start time), merge the input, write the input checkpoint, route from START."""
-        graph, ctx = self.graph, self.ctx
-        base = graph._load_base(ctx, self.config, self.input is not None)
+        spec, writer, config = self.spec, self.writer, self.config
+        base = None
+        if writer.saver is not None and writer.thread_id is not None:
+            choice = choose_base(
+                writer.saver,
+                writer.thread_id,
+                checkpoint_id=config.checkpoint_id,
+                has_input=self.input is not None,
+                on_unsafe_head=spec.policy.on_unsafe_head,
+            )
+            writer.start(choice)
+            base = choice.base
         state: dict[str, Any] = dict(base.values) if base is not None else {}
         if self.input is None:
             # No input: continue where the base checkpoint said the run would go next (nothing left: done).
@@ -257,12 +277,13 @@ class Run:
             self.next_node = base.next[0] if base is not None and base.next else END
             return
         if not isinstance(self.input, Mapping):
-            raise TypeError(
-                f"the input of a run must be a mapping of state keys (or None), got {type(self.input).__name__}"
+            raise InvalidTypeError(
+                f"the input of a run must be a mapping of state keys (or None), got {type(self.input).__name__}",
+                argument="input",
             )
-        state = graph.schema.merge(state, self.input, origin="input")
-        next_node = graph.branches[START].next_node(MappingProxyType(state), graph.nodes)
-        ctx.commit(state, node=START, next_nodes=(next_node,) if next_node != END else (), source="input")
+        state = spec.schema.merge(state, self.input, origin="input")
+        next_node, next_nodes = spec.route(START, state)
+        writer.commit(state, node=START, next_nodes=next_nodes, source="input")
         self.state = state
         self.next_node = next_node
 
@@ -270,7 +291,7 @@ class Run:
 
     def _drive(self) -> None:
         """Run steps until one has to wait for an asynchronous completion, or the run ended."""
-        graph = self.graph
+        nodes = self.spec.nodes
         while not self.disposed:
             name = self.next_node
             if name == END:
@@ -279,18 +300,18 @@ class Run:
             if self.steps >= self.config.recursion_limit:
                 self.fail(
                     GraphRecursionError(
-                        f"run {self.ctx.run_id} (thread {self.ctx.thread_id!r}) reached recursion_limit="
+                        f"run {self.run_id} (thread {self.thread_id!r}) reached recursion_limit="
                         f"{self.config.recursion_limit} steps before END; the next node would be {name!r}. "
                         "Raise RunnableConfig.recursion_limit if the graph is meant to loop this often.",
                         limit=self.config.recursion_limit,
                         next_node=name,
-                        run_id=self.ctx.run_id,
-                        thread_id=self.ctx.thread_id,
+                        run_id=self.run_id,
+                        thread_id=self.thread_id,
                     )
                 )
                 return
             self.steps += 1
-            node = graph.nodes[name]
+            node = nodes[name]
             state_view = MappingProxyType(self.state)
             try:
                 result = node.call(state_view, self.config)
@@ -304,9 +325,10 @@ class Run:
                 continue
             if not isinstance(result, abc.ObservableBase):
                 self.fail(
-                    TypeError(
+                    InvalidUpdateError(
                         f"node {name!r} returned a {type(result).__name__}; an action returns a mapping (the update), "
-                        "None, or an Observable of chunks"
+                        "None, or an Observable of chunks",
+                        node=name,
                     )
                 )
                 return
@@ -365,21 +387,19 @@ class Run:
 
     def _tail(self, node: NodeSpec, updates: Any) -> bool:
         """Merge, write, emit, route. Returns False when the run ended (cancelled, failed) and must not go on."""
-        ctx, graph = self.ctx, self.graph
-        if self.disposed or ctx.cancelled:
+        writer, spec = self.writer, self.spec
+        if self.disposed or writer.cancelled:
             return False
         try:
             state = self.state
             for update in updates:
-                state = graph.schema.merge(state, update, origin=f"node {node.name!r}")
-            next_node = graph.branches[node.name].next_node(MappingProxyType(state), graph.nodes)
-            checkpoint = ctx.commit(
-                state, node=node.name, next_nodes=(next_node,) if next_node != END else (), source="loop"
-            )
+                state = spec.schema.merge(state, update, origin=f"node {node.name!r}", node=node.name)
+            next_node, next_nodes = spec.route(node.name, state)
+            checkpoint = writer.commit(state, node=node.name, next_nodes=next_nodes, source="loop")
         except Exception as error:
             self.fail(error)
             return False
-        if checkpoint is None and ctx.saver is not None:
+        if checkpoint is None and writer.saver is not None:
             return False  # cancelled under the write lock
         self.state = state
         self.next_node = next_node
@@ -390,7 +410,7 @@ class Run:
     def _emit(self, output: NodeOutput) -> bool:
         """Hand an output to the subscriber unless the run was cancelled; False when the run must stop."""
         self.emitting = True  # before the flags are read: see interrupt()
-        if self.ctx.cancelled:
+        if self.writer.cancelled:
             self._emitted()
             return False
         try:
@@ -436,7 +456,7 @@ class Run:
     def cancel(self) -> None:
         """The subscriber is going away (wired with ``do_on_cancel``, before the upstream is disposed): from now
         on no step starts, no chunk is forwarded and no write lands."""
-        self.ctx.mark_cancelled()
+        self.writer.mark_cancelled()
         self.disposed = True
         step = self.step
         if step is not None:
@@ -446,9 +466,10 @@ class Run:
         self.disposed = True
         self.current.dispose()
 
-    def cancelled(self) -> None:
-        """After the upstream dispose returned (wired with ``do_finally``): undo the turn, free the thread."""
-        if self._claim_end():
+    def finished(self, signal: SignalType) -> None:
+        """The whole pipeline has ended (wired with ``do_finally``, after the upstream dispose returned). On a
+        cancel: undo the turn and free the thread — unless the run had ended another way already."""
+        if signal is SignalType.CANCEL and self._claim_end():
             self._end_abnormally()
 
     def subscriber_failed(self, error: Exception) -> None:
@@ -477,7 +498,7 @@ class Run:
         if not self._claim_end():
             return  # it is ending anyway; the newer run waits in line for its slot
         self._end_abnormally()
-        thread_id = self.ctx.thread_id or ""
+        thread_id = self.thread_id or ""
         self.pending = RunInterruptedError(
             f"run {self.run_id} on thread {thread_id!r} was interrupted by run {by_run} (multitask='interrupt'); "
             "its turn was rewound",
@@ -499,7 +520,7 @@ class Run:
         try:
             self.observer.on_error(error)
         except Exception:
-            _log.exception("the subscriber of run %s failed handling %s", self.run_id, type(error).__name__)
+            log.exception("the subscriber of run %s failed handling %s", self.run_id, type(error).__name__)
 
     def _end_abnormally(self) -> None:
         self.ending_thread = threading.get_ident()
@@ -511,34 +532,36 @@ class Run:
 
     def _undo(self) -> None:
         """Put the thread back as the cancel policy says; runs after the whole upstream was torn down."""
-        ctx = self.ctx
-        if self.graph.on_cancel == "keep":
-            ctx.close()
+        writer = self.writer
+        if self.spec.policy.on_cancel == "keep":
+            writer.close()
             return
         try:
-            rewound = ctx.rewind()
+            rewound = writer.rewind()
         except CheckpointConflictError as conflict:
-            _log.info(
+            log.info(
                 "thread %r: run %s was cancelled, but another writer moved the head to %s since; the rewind "
                 "leaves that newer head alone",
-                ctx.thread_id,
-                ctx.run_id,
+                writer.thread_id,
+                writer.run_id,
                 conflict.actual_head,
             )
         except Exception:
             # Never mask the cancellation: the next turn's safe-head selection still protects the history.
-            _log.exception(
+            log.exception(
                 "thread %r: run %s was cancelled and rewinding the thread to its pre-turn state failed",
-                ctx.thread_id,
-                ctx.run_id,
+                writer.thread_id,
+                writer.run_id,
             )
         else:
             if rewound is not None:
-                _log.debug("thread %r: cancelled run %s rewound to %s", ctx.thread_id, ctx.run_id, rewound.parent_id)
+                log.debug(
+                    "thread %r: cancelled run %s rewound to %s", writer.thread_id, writer.run_id, rewound.parent_id
+                )
 
     def _release(self) -> None:
         if self._slots is not None:
-            thread_id = self.ctx.thread_id
+            thread_id = self.thread_id
             assert thread_id is not None
             self._slots.release(thread_id, self)
 

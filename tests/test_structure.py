@@ -1,0 +1,236 @@
+"""The package's shape, kept honest: no import cycles, no private name used outside its module, every ``__all__``
+true, and every error raised on purpose an ``RxGraphError``."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import rxgraph
+from rxgraph.errors import RxGraphError
+
+PACKAGE = Path(rxgraph.__file__).resolve().parent
+MODULES = {
+    ".".join(("rxgraph", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__"): path
+    for path in sorted(PACKAGE.rglob("*.py"))
+}
+IMPORTABLE = sorted(m for m in MODULES if not m.endswith("__main__"))  # importing __main__ runs the command line
+
+# Private names of other code that rxgraph relies on, each pinned by a test and worth its price.
+FOREIGN_PRIVATE_NAMES = {
+    ("rxgraph.rx._subscribe", "_subscribe_core"): "reactivex's subscribe hook (tests/rx/test_reactivex_contract.py)",
+    ("rxgraph.graph._compiled", "_loop"): "the loop of reactivex's AsyncIO schedulers (test_reactivex_contract.py)",
+}
+# A module may use another module's private names only where that module says so, and why.
+FRIENDS = {
+    ("rxgraph.graph._run", "_node"): "StreamingOutput's fields: built without calling the class, per chunk",
+    ("rxgraph.graph._run", "_state"): "StreamingOutput's fields: built without calling the class, per chunk",
+    ("rxgraph.graph._run", "_chunk"): "StreamingOutput's fields: built without calling the class, per chunk",
+}
+
+# Errors whose type a protocol prescribes: they are not rxgraph's to choose.
+PROTOCOL_ERRORS = {
+    "IndexError": "Sequence.__getitem__ (iteration stops on it)",
+    "SystemExit": "the command line's exit status",
+    "NotImplementedError": "abstract methods",
+}
+
+
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(encoding="utf-8"), filename=str(MODULES[module]))
+
+
+def _imports(module: str) -> Iterator[str]:
+    """Every rxgraph module ``module`` imports, anywhere in it (TYPE_CHECKING blocks and functions included)."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(_tree(module)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            names = [origin] + [f"{origin}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name in MODULES and name != module:
+                yield name
+
+
+def test_no_module_of_the_package_imports_itself_back() -> None:
+    graph = {module: set(_imports(module)) for module in MODULES}
+    # A package's __init__ importing its own modules is how packages are built, not a cycle of logic.
+    for module, targets in graph.items():
+        if MODULES[module].name == "__init__.py":
+            graph[module] = {t for t in targets if not t.startswith(module + ".")}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str], on_path: set[str], done: set[str]) -> None:
+        for target in sorted(graph[module]):
+            if target in on_path:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in done:
+                on_path.add(target)
+                visit(target, [*path, target], on_path, done)
+                on_path.discard(target)
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module], {module}, done)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    """Every name a module defines: functions, classes, assignments, attributes it sets, slots it declares."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias) and node.asname:
+            names.add(node.asname)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            names.add(node.value)  # __slots__ entries, dict keys passed to update(...)
+    return names
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def test_no_private_name_is_used_outside_the_module_that_defines_it() -> None:
+    found: list[str] = []
+    for module in MODULES:
+        tree = _tree(module)
+        own = _defined_names(tree)
+        for node in ast.walk(tree):
+            used: str | None = None
+            if isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in own:
+                used = node.attr
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if _is_private(alias.name):
+                        used = alias.name
+            if used is None or (module, used) in FOREIGN_PRIVATE_NAMES or (module, used) in FRIENDS:
+                continue
+            found.append(f"{module}:{node.lineno}: {used}")
+    # Friends are only allowed to reach into what they name, and only the names listed.
+    for (module, name), _why in FRIENDS.items():
+        assert name in _defined_names(_tree("rxgraph.graph._outputs")), f"{name} is not StreamingOutput's any more"
+        assert module in MODULES
+    assert not found, "private names used outside their module:\n" + "\n".join(found)
+
+
+PUBLIC_MODULES = [
+    m for m, path in MODULES.items() if path.name == "__init__.py" or not m.rpartition(".")[2].startswith("_")
+]
+"""The modules users import from: the packages, and the modules without a leading underscore."""
+
+
+@pytest.mark.parametrize("module_name", IMPORTABLE)
+def test_every_all_is_true(module_name: str) -> None:
+    """Every ``__all__`` lists names the module has, once each; a package's lists every public name it has (it only
+    re-exports), and a module's lists every public class and function it defines."""
+    module = importlib.import_module(module_name)
+    listed = getattr(module, "__all__", None)
+    if listed is None:
+        assert module_name.startswith("rxgraph.examples"), f"{module_name} has no __all__"  # scripts to read and run
+        return
+    assert len(listed) == len(set(listed)), f"{module_name}.__all__ lists a name twice"
+    for name in listed:
+        assert hasattr(module, name), f"{module_name}.__all__ lists {name!r}, which it does not have"
+    if MODULES[module_name].name == "__init__.py":
+        public = {n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    else:
+        public = {
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v)) and v.__module__ == module_name
+        }
+    assert public <= set(listed), f"{module_name}: public names missing from __all__: {sorted(public - set(listed))}"
+
+
+def test_every_error_is_exported_from_one_place() -> None:
+    from rxgraph import errors
+
+    homes: dict[str, list[str]] = {}
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                homes.setdefault(name, []).append(module_name)
+    for name in errors.__all__:
+        assert sorted(homes.get(name, [])) == ["rxgraph", "rxgraph.errors"], (
+            f"{name} is exported from {homes.get(name)}"
+        )
+
+
+def _raised_names(module: str) -> Iterator[tuple[int, str]]:
+    """The exception classes a module raises by name: ``raise Name(...)`` and ``raise Name``."""
+    tree = _tree(module)
+    validators = {
+        id(node)
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef)
+        and any(
+            (isinstance(d, ast.Call) and getattr(d.func, "id", getattr(d.func, "attr", "")).endswith("validator"))
+            or getattr(d, "id", getattr(d, "attr", "")).endswith("validator")
+            for d in function.decorator_list
+        )
+        for node in ast.walk(function)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Raise) or node.exc is None or id(node) in validators:
+            continue
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if isinstance(exc, ast.Name) and exc.id[:1].isupper():
+            yield node.lineno, exc.id
+        elif isinstance(exc, ast.Attribute) and exc.attr[:1].isupper():
+            yield node.lineno, exc.attr
+
+
+def test_every_error_raised_on_purpose_is_an_rxgraph_error() -> None:
+    wrong: list[str] = []
+    for module_name in IMPORTABLE:
+        module = importlib.import_module(module_name)
+        for line, name in _raised_names(module_name):
+            if name in PROTOCOL_ERRORS:
+                continue
+            if name == "AssertionError" and module_name.startswith("rxgraph.testing."):
+                continue  # how a testing tool fails the test that uses it
+            error = getattr(module, name, None) or getattr(builtins, name, None)
+            if not (isinstance(error, type) and issubclass(error, RxGraphError)):
+                wrong.append(f"{module_name}:{line}: raise {name}")
+    assert not wrong, "errors raised on purpose that are not RxGraphErrors:\n" + "\n".join(wrong)
+
+
+def test_the_error_tree_in_the_docstring_matches_the_classes() -> None:
+    from rxgraph import errors
+
+    drawn = errors.__doc__ or ""
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert name in drawn, f"{name} is missing from the tree drawn in rxgraph/errors.py"
+        assert issubclass(error, RxGraphError)
+        for base in error.__bases__:
+            if issubclass(base, RxGraphError) and base is not RxGraphError:
+                # drawn below its parent: the parent's name appears before it
+                assert drawn.index(base.__name__) < drawn.index(name), f"{name} is not drawn under {base.__name__}"
