@@ -1,6 +1,5 @@
 """Checkpoints and the savers that store them."""
 
-from ..errors import IncompatibleDatabaseError
 from ._base import Checkpoint, CheckpointSaver, CheckpointSource, check_limit, check_put
 from ._memory import MemorySaver
 from ._serde import Serde, default_serde, register
@@ -10,7 +9,6 @@ __all__ = [
     "Checkpoint",
     "CheckpointSaver",
     "CheckpointSource",
-    "IncompatibleDatabaseError",
     "MemorySaver",
     "Serde",
     "SqliteSaver",

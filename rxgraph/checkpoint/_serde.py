@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._frozen import FrozenDict, FrozenList
-from ..errors import SerializationError
+from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["Serde", "default_serde", "json_text", "parse_json_text", "register"]
@@ -95,24 +95,31 @@ class Serde:
 
         The name is what is written to storage, so keep it stable once data exists (pass it explicitly before
         moving or renaming the class). Registering the same class under the same name again does nothing; a name
-        or a class that is already taken by something else raises ``ValueError``. Returns the class, so it can be
-        used as a decorator.
+        or a class that is already taken by something else raises ``InvalidArgumentError``. Returns the class, so it
+        can be used as a decorator.
         """
         if not (isinstance(model_cls, type) and issubclass(model_cls, BaseModel)):
-            raise TypeError(f"only pydantic models can be registered, got {model_cls!r}")
+            raise InvalidTypeError(f"only pydantic models can be registered, got {model_cls!r}", argument="model_cls")
         if name is None:
             name = f"{model_cls.__module__}.{model_cls.__qualname__}"
         if not isinstance(name, str) or not name:
-            raise ValueError(f"a registered name must be a non-empty string, got {name!r}")
+            raise InvalidArgumentError(f"a registered name must be a non-empty string, got {name!r}", argument="name")
         with self._lock:
             known_cls = self._by_name.get(name)
             known_name = self._by_type.get(model_cls)
             if known_cls is model_cls and known_name == name:
                 return model_cls
             if known_cls is not None:
-                raise ValueError(f"the name {name!r} is already registered for {_qualname(known_cls)}")
+                raise InvalidArgumentError(
+                    f"the name {name!r} is already registered for {_qualname(known_cls)}; choose another name",
+                    argument="name",
+                )
             if known_name is not None:
-                raise ValueError(f"{_qualname(model_cls)} is already registered as {known_name!r}")
+                raise InvalidArgumentError(
+                    f"{_qualname(model_cls)} is already registered as {known_name!r}; keep that name (it is the "
+                    "one in storage)",
+                    argument="name",
+                )
             # Copy-on-write: readers look the dicts up without the lock.
             by_name = dict(self._by_name)
             by_name[name] = model_cls
@@ -155,18 +162,18 @@ class Serde:
     def loads(self, text: str | bytes) -> Any:
         """Decode text written by :meth:`dumps`; containers come back frozen.
 
-        Raises ``ValueError`` (``json.JSONDecodeError`` included) for text that is not such an encoding, or a
-        pydantic ``ValidationError`` when a model's data no longer validates.
+        Raises ``DecodeError`` for text that is not such an encoding, or a pydantic ``ValidationError`` when a
+        model's data no longer validates.
         """
-        return self._decode(json.loads(text))
+        return self._decode(_parse(text))
 
     def loads_many(self, texts: Iterable[str]) -> list[Any]:
         """Decode several encodings at once (one JSON parse for all of them)."""
         texts = list(texts)
-        parsed = json.loads("[" + ",".join(texts) + "]")
+        parsed = _parse("[" + ",".join(texts) + "]")
         if len(parsed) != len(texts):
             # A damaged text can hold a comma (or brackets) and shift every value after it.
-            raise ValueError(f"expected {len(texts)} encoded values, the texts hold {len(parsed)}")
+            raise DecodeError(f"expected {len(texts)} encoded values, the texts hold {len(parsed)}")
         decode = self._decode
         return [decode(obj) for obj in parsed]
 
@@ -245,12 +252,12 @@ class Serde:
 
     def _decode_tagged(self, tag: str, obj: dict[str, Any]) -> Any:
         if tag not in _TAGS or len(obj) != 1 + (tag == "$type") or (tag == "$type" and "data" not in obj):
-            raise ValueError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
+            raise DecodeError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
         body = obj[tag]
         if tag == "$type":
             model_cls = self._by_name.get(body)
             if model_cls is None:
-                raise ValueError(
+                raise DecodeError(
                     f"the stored value is a {body!r}, which is not registered in this process; register the model "
                     "under that name before reading it"
                 )
@@ -264,13 +271,11 @@ class Serde:
             decode = self._decode
             return frozenset(decode(item) for item in _expect_list(body, tag))
         if tag == "$bytes":
-            if type(body) is not str:
-                raise ValueError("a $bytes tag must hold a base64 string")
-            return base64.b64decode(body, validate=True)
+            return _b64decode(body, tag)
         if tag == "$wtf8":
             return self._decode(_unwrap_wtf8(body))
         if body not in _NON_FINITE:
-            raise ValueError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
+            raise DecodeError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
         # A new object each time: distinct nan objects are distinct members of a set (nan != nan), one shared nan
         # would make a set of them collapse.
         return float(body)
@@ -296,9 +301,9 @@ def parse_json_text(text: str | bytes) -> Any:
     """The JSON value of a text :func:`json_text` wrote (plain JSON, unwrapped when wrapped).
 
     Raises:
-        ValueError: ``text`` is not JSON, or its wrapper is damaged.
+        DecodeError: ``text`` is not JSON, or its wrapper is damaged.
     """
-    obj = json.loads(text)
+    obj = _parse(text)
     if type(obj) is dict and len(obj) == 1 and type(obj.get("$wtf8")) is str:
         return _unwrap_wtf8(obj["$wtf8"])
     return obj
@@ -322,14 +327,34 @@ def _wrap_wtf8(text: str) -> str:
 
 def _unwrap_wtf8(body: Any) -> Any:
     """The JSON text a ``$wtf8`` tag holds, parsed (not decoded into values)."""
+    raw = _b64decode(body, "$wtf8")
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as error:
+        raise DecodeError(f"a $wtf8 tag must hold UTF-8 (surrogates allowed): {error}") from error
+    return _parse(text)
+
+
+def _parse(text: str | bytes) -> Any:
+    """``json.loads``, raising ``DecodeError`` for text that is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
+        raise DecodeError(f"not an rxgraph value encoding: {error}") from error
+
+
+def _b64decode(body: Any, tag: str) -> bytes:
     if type(body) is not str:
-        raise ValueError("a $wtf8 tag must hold a base64 string")
-    return json.loads(base64.b64decode(body, validate=True).decode("utf-8", "surrogatepass"))
+        raise DecodeError(f"a {tag} tag must hold a base64 string")
+    try:
+        return base64.b64decode(body, validate=True)
+    except ValueError as error:  # binascii.Error
+        raise DecodeError(f"a {tag} tag must hold a base64 string: {error}") from error
 
 
 def _expect_list(body: Any, tag: str) -> list[Any]:
     if type(body) is not list:
-        raise ValueError(f"a {tag} tag must hold an array")
+        raise DecodeError(f"a {tag} tag must hold an array")
     return body
 
 

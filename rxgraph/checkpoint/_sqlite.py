@@ -30,7 +30,14 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
-from ..errors import CheckpointDecodeError, IncompatibleDatabaseError
+from ..errors import (
+    CheckpointDecodeError,
+    DecodeError,
+    IncompatibleDatabaseError,
+    InvalidArgumentError,
+    SaverClosedError,
+    SaverTimeoutError,
+)
 from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, new_checkpoint
 from ._serde import Serde, default_serde, json_text, parse_json_text
 from ._sqlite_schema import Migration, prepare
@@ -166,11 +173,13 @@ class SqliteSaver(CheckpointSaver):
         migrations: Mapping[int, Migration] | None = None,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"synchronous must be 'OFF', 'NORMAL', 'FULL' or 'EXTRA', got {synchronous!r}")
+            raise InvalidArgumentError(
+                f"synchronous must be 'OFF', 'NORMAL', 'FULL' or 'EXTRA', got {synchronous!r}", argument="synchronous"
+            )
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout}", argument="timeout")
         if cache_size < 1:
-            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+            raise InvalidArgumentError(f"cache_size must be >= 1, got {cache_size}", argument="cache_size")
         self._path = os.fspath(path)
         self._serde = default_serde if serde is None else serde
         self._timeout = timeout
@@ -180,7 +189,9 @@ class SqliteSaver(CheckpointSaver):
             if self._path != ":memory:":
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
-                    raise IncompatibleDatabaseError(f"{self._path}: could not switch to WAL mode (got {mode!r})")
+                    raise IncompatibleDatabaseError(
+                        f"{self._path}: could not switch to WAL mode (got {mode!r})", path=self._path
+                    )
             conn.execute(f"PRAGMA synchronous = {synchronous}")
         except BaseException:
             conn.close()
@@ -430,7 +441,7 @@ class SqliteSaver(CheckpointSaver):
         try:
             refs_json = parse_json_text(manifest)
             if type(refs_json) is not dict:
-                raise ValueError(f"the manifest is not a JSON object: {manifest[:80]!r}")
+                raise DecodeError(f"the manifest is not a JSON object: {manifest[:80]!r}")
             blob_ids = [ref for ref in refs_json.values() if type(ref) is int]
             blob_values = self._read_blobs(blob_ids) if blob_ids else {}
             values: dict[str, Any] = {}
@@ -441,10 +452,10 @@ class SqliteSaver(CheckpointSaver):
                     refs[key] = ref
                     continue
                 if not (type(ref) is list and len(ref) == 2 and type(ref[1]) is int and ref[1] >= 0):
-                    raise ValueError(f"key {key!r} has an invalid manifest entry {ref!r}")
+                    raise DecodeError(f"key {key!r} has an invalid manifest entry {ref!r}")
                 tail, length = ref
                 if not (tail is None and length == 0) and type(tail) is not int:
-                    raise ValueError(f"key {key!r} has an invalid manifest entry {ref!r}")
+                    raise DecodeError(f"key {key!r} has an invalid manifest entry {ref!r}")
                 values[key] = self._read_list(tail, length, _list_hint(hint, key))
                 refs[key] = (tail, length)
             checkpoint = new_checkpoint(
@@ -495,7 +506,7 @@ class SqliteSaver(CheckpointSaver):
             self._counters.blobs_decoded += len(rows)
         for blob_id in missing:
             if blob_id not in found:
-                raise ValueError(f"blob {blob_id} is missing")
+                raise DecodeError(f"blob {blob_id} is missing")
         return found
 
     def _read_list(self, tail: int | None, length: int, hint: tuple[int, int, FrozenList[Any]] | None) -> Any:
@@ -513,7 +524,7 @@ class SqliteSaver(CheckpointSaver):
                     return hint_list.extended(self._serde.loads_many(row[1] for row in rows))
         rows = self._walk(tail, length)
         if len(rows) != length or rows[0][0] is not None:
-            raise ValueError(f"the list ending at item {tail} does not have the {length} items its manifest says")
+            raise DecodeError(f"the list ending at item {tail} does not have the {length} items its manifest says")
         return FrozenList(self._serde.loads_many(row[1] for row in rows))
 
     def _walk(self, tail: int, count: int) -> builtins.list[tuple[int | None, str]]:
@@ -544,7 +555,7 @@ class _Locked:
         conn = saver._conn
         if conn is None:
             saver._lock.release()
-            raise RuntimeError(f"{saver!r} is closed")
+            raise SaverClosedError(f"{saver!r} is closed; open a new SqliteSaver on {saver.path!r}")
         return conn
 
     def __exit__(self, *exc: object) -> None:
@@ -573,7 +584,7 @@ def _wait_for(saver: SqliteSaver) -> None:
         if waiting == 1
         else f"{waiting} calls, this one included, were waiting for it"
     )
-    raise TimeoutError(
+    raise SaverTimeoutError(
         f"{saver!r}: this call waited {waited:.3f} s for the saver's connection (the limit is {limit:g} s, twice "
         f"the saver's timeout) and gave up: other threads of this process were using it, and when it gave up "
         f"{queue}"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from ..errors import IncompatibleDatabaseError
 from ._sqlite_transaction import write_transaction
 
-__all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "IncompatibleDatabaseError", "Migration", "prepare"]
+__all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "prepare"]
 
 FORMAT = "rxgraph.checkpoints"
 """The ``format`` row of the ``meta`` table: what marks a file as an rxgraph checkpoint database."""
@@ -85,13 +85,14 @@ def prepare(
                 if migrate is None:
                     raise IncompatibleDatabaseError(
                         f"{where}: schema version {version} is older than {SCHEMA_VERSION} and no migration from "
-                        f"version {version} is registered"
+                        f"version {version} is registered",
+                        path=where,
                     )
                 try:
                     migrate(conn)
                 except sqlite3.Error as error:
                     raise IncompatibleDatabaseError(
-                        f"{where}: the migration from schema version {version} failed: {error}"
+                        f"{where}: the migration from schema version {version} failed: {error}", path=where
                     ) from error
                 version += 1
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
@@ -104,7 +105,8 @@ def _read_version(conn: sqlite3.Connection, where: str) -> int | None:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as error:
         raise IncompatibleDatabaseError(
-            f"{where} is not an SQLite database ({error}); give SqliteSaver a new path or an rxgraph checkpoint file"
+            f"{where} is not an SQLite database ({error}); give SqliteSaver a new path or an rxgraph checkpoint file",
+            path=where,
         ) from error
     if not tables:
         return None
@@ -113,23 +115,26 @@ def _read_version(conn: sqlite3.Connection, where: str) -> int | None:
         f"{', '.join(sorted(tables)[:8])}); give SqliteSaver a file of its own"
     )
     if "meta" not in tables:
-        raise IncompatibleDatabaseError(foreign)
+        raise IncompatibleDatabaseError(foreign, path=where)
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.DatabaseError as error:
-        raise IncompatibleDatabaseError(foreign) from error
+        raise IncompatibleDatabaseError(foreign, path=where) from error
     if meta.get("format") != FORMAT:
-        raise IncompatibleDatabaseError(foreign)
+        raise IncompatibleDatabaseError(foreign, path=where)
     raw = meta.get("schema_version")
     try:
         return int(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise IncompatibleDatabaseError(f"{where}: the meta table has no valid schema_version ({raw!r})") from None
+        raise IncompatibleDatabaseError(
+            f"{where}: the meta table has no valid schema_version ({raw!r})", path=where
+        ) from None
 
 
 def _check_not_newer(version: int | None, where: str) -> None:
     if version is not None and version > SCHEMA_VERSION:
         raise IncompatibleDatabaseError(
             f"{where}: schema version {version} was written by a newer rxgraph; this one knows versions up to "
-            f"{SCHEMA_VERSION}. Upgrade rxgraph to open it."
+            f"{SCHEMA_VERSION}. Upgrade rxgraph to open it.",
+            path=where,
         )

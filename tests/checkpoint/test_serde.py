@@ -13,13 +13,13 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import rxgraph
 from rxgraph import FrozenDict, FrozenList
 from rxgraph.checkpoint import Serde, default_serde, register
 from rxgraph.checkpoint._serde import json_text, parse_json_text
-from rxgraph.errors import RxGraphError, SerializationError
+from rxgraph.errors import DecodeError, InvalidArgumentError, InvalidTypeError, RxGraphError, SerializationError
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 
@@ -177,12 +177,18 @@ def test_register_is_a_decorator_with_stable_names_and_refuses_clashes() -> None
     serde.register(Aliased, "app.Aliased")
     back = _round_trip([Note(text="hi"), Aliased(userName="ada")], serde)
     assert back == [Note(text="hi"), Aliased(userName="ada")]
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(InvalidArgumentError, match="already registered") as name_taken:
         serde.register(Weather, "app.Aliased")
-    with pytest.raises(ValueError, match=r"already registered as 'app\.Aliased'"):
+    with pytest.raises(InvalidArgumentError, match=r"already registered as 'app\.Aliased'") as class_taken:
         serde.register(Aliased, "app.Other")
-    with pytest.raises(TypeError, match="only pydantic models"):
+    with pytest.raises(InvalidArgumentError, match="non-empty string") as empty:
+        serde.register(Weather, "")
+    for caught in (name_taken, class_taken, empty):
+        assert caught.value.argument == "name" and isinstance(caught.value, ValueError)
+    with pytest.raises(InvalidTypeError, match="only pydantic models") as not_a_model:
         serde.register(dict)  # type: ignore[type-var]
+    assert not_a_model.value.argument == "model_cls" and isinstance(not_a_model.value, TypeError)
+    assert "app.Other" not in serde.registered and f"{Weather.__module__}.Weather" not in serde.registered
 
 
 def test_the_module_level_registry_serves_every_saver_by_default() -> None:
@@ -214,22 +220,29 @@ def test_a_subclass_of_a_registered_model_is_not_taken_for_it() -> None:
     ("text", "match"),
     [
         ('{"$type": "nobody.Knows", "data": {}}', "not registered"),
-        ('{"$type": "rxgraph.UserMessage", "data": {"role": "user"}}', "content"),
         ('{"$pickle": "gASV"}', "not an rxgraph value encoding"),
         ('{"$tuple": 1}', "must hold an array"),
         ('{"$float": "huge"}', "must be one of"),
         ('{"$type": "rxgraph.UserMessage"}', "not an rxgraph value encoding"),
+        ('{"$bytes": "not base64!"}', "base64"),
         ("[1, 2", "delimiter"),
+        (b"\xff\xfe[", "not an rxgraph value encoding"),
     ],
 )
-def test_text_that_does_not_decode_raises_value_error(text: str, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_text_that_does_not_decode_raises_decode_error(text: str | bytes, match: str) -> None:
+    with pytest.raises(DecodeError, match=match) as caught:
         default_serde.loads(text)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_model_data_that_no_longer_validates_raises_pydantics_validation_error() -> None:
+    with pytest.raises(ValidationError, match="content"):
+        default_serde.loads('{"$type": "rxgraph.UserMessage", "data": {"role": "user"}}')
 
 
 def test_decoding_many_texts_at_once_refuses_a_text_that_would_shift_the_others() -> None:
     texts = [default_serde.dumps(UserMessage(content="a")), "1, 2", default_serde.dumps(None)]
-    with pytest.raises(ValueError, match="expected 3 encoded values"):
+    with pytest.raises(DecodeError, match="expected 3 encoded values"):
         default_serde.loads_many(texts)
     assert default_serde.loads_many(texts[::2]) == [UserMessage(content="a"), None]
 
@@ -317,8 +330,8 @@ def test_valid_text_is_stored_as_plain_json() -> None:
 
 
 @pytest.mark.parametrize("text", ['{"$wtf8": 1}', '{"$wtf8": "not base64!"}', '{"$wtf8": "/w=="}'])
-def test_a_damaged_wrapped_text_raises_value_error(text: str) -> None:
-    with pytest.raises(ValueError):
+def test_a_damaged_wrapped_text_raises_decode_error(text: str) -> None:
+    with pytest.raises(DecodeError, match=r"\$wtf8"):
         default_serde.loads(text)
 
 

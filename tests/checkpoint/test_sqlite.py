@@ -19,11 +19,19 @@ import pytest
 from _support import ScriptedChat, final_reply, tool_call_reply
 from pydantic import BaseModel, ConfigDict, field_serializer
 
+import rxgraph.checkpoint
 from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableConfig
 from rxgraph._frozen import freeze
-from rxgraph.checkpoint import IncompatibleDatabaseError, Serde, SqliteSaver
+from rxgraph.checkpoint import Serde, SqliteSaver
 from rxgraph.checkpoint._base import new_checkpoint
-from rxgraph.errors import CheckpointDecodeError, SerializationError
+from rxgraph.errors import (
+    CheckpointDecodeError,
+    IncompatibleDatabaseError,
+    InvalidArgumentError,
+    SaverClosedError,
+    SaverTimeoutError,
+    SerializationError,
+)
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage, check_request
 
 REPO = Path(__file__).resolve().parents[2]
@@ -333,8 +341,9 @@ def test_the_file_is_in_wal_mode_and_records_its_schema_version(saver: SqliteSav
 def test_a_sqlite_file_of_another_application_is_refused_untouched(db: Path) -> None:
     with _raw(db) as raw:
         raw.execute("CREATE TABLE users (name TEXT)")
-    with pytest.raises(IncompatibleDatabaseError, match=r"not an rxgraph checkpoint database.*users"):
+    with pytest.raises(IncompatibleDatabaseError, match=r"not an rxgraph checkpoint database.*users") as caught:
         SqliteSaver(db)
+    assert caught.value.path == str(db) and isinstance(caught.value, ValueError)
     with _raw(db) as raw:
         assert [row[0] for row in raw.execute("SELECT name FROM sqlite_master")] == ["users"]
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
@@ -344,14 +353,16 @@ def test_an_other_meta_table_is_not_mistaken_for_ours(db: Path) -> None:
     with _raw(db) as raw:
         raw.execute("CREATE TABLE meta (key TEXT, value TEXT)")
         raw.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-    with pytest.raises(IncompatibleDatabaseError, match="not an rxgraph checkpoint database"):
+    with pytest.raises(IncompatibleDatabaseError, match="not an rxgraph checkpoint database") as caught:
         SqliteSaver(db)
+    assert caught.value.path == str(db)
 
 
 def test_a_file_that_is_not_a_database_is_refused(db: Path) -> None:
     db.write_text("name,age\nada,36\n" * 100)
-    with pytest.raises(IncompatibleDatabaseError, match="is not an SQLite database"):
+    with pytest.raises(IncompatibleDatabaseError, match="is not an SQLite database") as caught:
         SqliteSaver(db)
+    assert caught.value.path == str(db)
     assert db.read_text().startswith("name,age")
 
 
@@ -359,8 +370,9 @@ def test_a_newer_schema_version_is_refused(db: Path) -> None:
     SqliteSaver(db).close()
     with _raw(db) as raw:
         raw.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(IncompatibleDatabaseError, match="schema version 99 was written by a newer rxgraph"):
+    with pytest.raises(IncompatibleDatabaseError, match="schema version 99 was written by a newer rxgraph") as caught:
         SqliteSaver(db)
+    assert caught.value.path == str(db)
 
 
 def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
@@ -368,16 +380,18 @@ def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
         _seed(saver, "t", 4)
     with _raw(db) as raw:
         raw.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-    with pytest.raises(IncompatibleDatabaseError, match="no migration from version 0"):
+    with pytest.raises(IncompatibleDatabaseError, match="no migration from version 0") as caught:
         SqliteSaver(db)
+    assert caught.value.path == str(db)
     ran: list[int] = []
 
     def broken(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE added_by_migration (x)")
         conn.execute("SELECT no_such_column FROM meta")
 
-    with pytest.raises(IncompatibleDatabaseError, match="migration from schema version 0 failed"):
+    with pytest.raises(IncompatibleDatabaseError, match="migration from schema version 0 failed") as caught:
         SqliteSaver(db, migrations={0: broken})
+    assert caught.value.path == str(db)
 
     def v0_to_v1(conn: sqlite3.Connection) -> None:
         ran.append(0)
@@ -482,11 +496,35 @@ def test_a_damaged_head_raises_instead_of_reading_as_nothing(db: Path, damage: s
 def test_close_and_context_manager(db: Path) -> None:
     with SqliteSaver(db) as saver:
         _seed(saver, "t", 2)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(SaverClosedError, match="closed") as caught:
         saver.get("t")
+    assert isinstance(caught.value, RuntimeError)
+    with pytest.raises(SaverClosedError):
+        saver.put(Checkpoint(id="x", thread_id="u", seq=1, run_id="r", source="input"), expected_head=None)
     saver.close()  # closing twice is fine
     with SqliteSaver(db) as again:
         assert again.get("t") is not None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"synchronous": "SOMETIMES"}, "synchronous"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": -1.0}, "timeout"),
+        ({"cache_size": 0}, "cache_size"),
+    ],
+)
+def test_bad_constructor_arguments_are_refused_by_name(db: Path, kwargs: dict[str, Any], argument: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=argument) as caught:
+        SqliteSaver(db, **kwargs)
+    assert caught.value.argument == argument and isinstance(caught.value, ValueError)
+    assert not db.exists()  # refused before the file was touched
+
+
+def test_errors_are_exported_from_one_place() -> None:
+    assert not hasattr(rxgraph.checkpoint, "IncompatibleDatabaseError")
+    assert not any(name.endswith("Error") for name in rxgraph.checkpoint.__all__)
 
 
 def test_an_in_memory_database_works_for_one_process() -> None:
@@ -662,11 +700,12 @@ def test_a_call_that_waits_too_long_for_the_connection_says_how_long_and_for_wha
         holder.start()
         try:
             assert entered.wait(30)
-            with pytest.raises(TimeoutError) as caught:
+            with pytest.raises(SaverTimeoutError) as caught:
                 saver.get("t")
         finally:
             release.set()
             holder.join(30)
+        assert isinstance(caught.value, TimeoutError)
         message = str(caught.value)
         assert re.search(r"this call waited \d+\.\d+ s for the saver's connection", message), message
         assert "other threads of this process were using it" in message
@@ -717,7 +756,7 @@ def test_the_timeout_message_counts_the_calls_that_were_waiting(db: Path) -> Non
             patient.start()
             assert waiting.acquire(timeout=30)  # ...and is now waiting
             saver._lock_timeout = 0.05  # the second is not
-            with pytest.raises(TimeoutError, match="2 calls, this one included, were waiting for it"):
+            with pytest.raises(SaverTimeoutError, match="2 calls, this one included, were waiting for it"):
                 saver.threads()
         finally:
             release.set()
