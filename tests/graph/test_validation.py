@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rxgraph import END, START, GraphValidationError, StateGraph
+from rxgraph import END, START, GraphValidationError, InvalidArgumentError, StateGraph
 
 
 def _noop(state: Any) -> None:
@@ -144,3 +144,18 @@ def test_an_unknown_multitask_policy_in_a_run_config_is_refused() -> None:
 
     with pytest.raises(ValidationError, match="multitask"):
         RunnableConfig(multitask="queue")  # type: ignore[arg-type]
+
+
+def test_a_turn_policy_groups_the_policies_and_keywords_override_single_fields() -> None:
+    from rxgraph import TurnPolicy
+
+    graph = StateGraph().add_node("a", _noop).add_edge(START, "a").add_edge("a", END)
+    assert graph.compile().policy == TurnPolicy(on_unsafe_head="rollback", on_cancel="rewind", multitask="enqueue")
+    chosen = TurnPolicy(on_cancel="keep", multitask="reject")
+    assert graph.compile(policy=chosen).policy == chosen
+    assert graph.compile(policy=chosen, multitask="interrupt").policy == TurnPolicy(
+        on_cancel="keep", multitask="interrupt"
+    )
+    with pytest.raises(InvalidArgumentError) as raised:
+        TurnPolicy(on_cancel="undo")  # type: ignore[arg-type]
+    assert raised.value.argument == "on_cancel"
