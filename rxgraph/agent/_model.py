@@ -67,7 +67,16 @@ class ChatModel(Protocol):
     with the run's scheduler, so tests can run it in virtual time).
     """
 
-    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]: ...
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        """A cold Observable of the answer's chunks for one request.
+
+        Args:
+            messages: the whole request, system prompt first when there is one; it passes ``check_request``.
+            tools: the tools the model may call now (none on an agent's last allowed call).
+
+        A failed request should fail the Observable (``on_error``); the agent's turn then fails with that error.
+        """
+        ...
 
 
 def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
@@ -75,8 +84,14 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
 
     Text is concatenated in order. Tool-call deltas are grouped by ``index`` (calls may interleave): the id and
     name come from the first delta that has them, the arguments are the concatenation of every delta's piece.
-    Calls are ordered by index. Raises ``MessageFormatError`` naming the index when a call never received an id
-    or a name.
+    Calls are ordered by index.
+
+    Args:
+        chunks: the chunks, in the order the model streamed them.
+
+    Raises:
+        MessageFormatError: a tool call never received an id or a name (``index`` is its index).
+        InvalidTypeError: an element is not a ``ChatChunk``.
     """
     text: list[str] = []
     calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]

@@ -27,6 +27,7 @@ class Tool:
     """
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> None:
+        """Wrap ``fn``; the arguments and errors are those of ``tool``."""
         if not callable(fn):
             raise InvalidTypeError(f"a tool wraps a function, got {type(fn).__name__}", argument="fn")
         self.fn = fn
@@ -48,7 +49,15 @@ class Tool:
         return f"Tool({self.name!r})"
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
-        """The validated keyword arguments for the function, from the model's JSON text (``""`` means ``{}``)."""
+        """The validated keyword arguments for the function, from the model's JSON text.
+
+        Args:
+            arguments: the JSON object the model sent, as text; ``""`` means ``{}``.
+
+        Raises:
+            ToolInputError: the text is not a JSON object, or does not match the tool's schema (``tool`` is this
+                tool's name).
+        """
         raw = json_object(arguments, self.name)
         try:
             validated = self._arguments.model_validate(raw)
@@ -60,7 +69,14 @@ class Tool:
         return {field: getattr(validated, field) for field in type(validated).model_fields}
 
     def run(self, **arguments: Any) -> Observable[Any]:
-        """A cold Observable of the tool's one result for arguments already validated (see ``parse_arguments``)."""
+        """A cold Observable of the tool's one result for arguments already validated (see ``parse_arguments``).
+
+        Args:
+            arguments: the keyword arguments for the function.
+
+        The function runs when the Observable is subscribed; what it raises, or the Observable it returns fails
+        with, reaches ``on_error``. Of an Observable result only the first value counts.
+        """
 
         def _start(_: Any) -> Observable[Any]:
             result = self.fn(**arguments)
@@ -69,7 +85,14 @@ class Tool:
         return rx.defer(_start)
 
     def invoke(self, arguments: str) -> Observable[Any]:
-        """A cold Observable of the tool's one result for the model's JSON ``arguments`` (errors as ``on_error``)."""
+        """A cold Observable of the tool's one result for the model's JSON ``arguments``.
+
+        Args:
+            arguments: the JSON object the model sent, as text.
+
+        Nothing is raised: invalid arguments (``ToolInputError``, see ``parse_arguments``) and the function's own
+        errors reach ``on_error`` when it is subscribed.
+        """
         return rx.defer(lambda _: self.run(**self.parse_arguments(arguments)))
 
 
@@ -121,7 +144,18 @@ def tool(
     fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of a typed function: its name, its docstring as the description, its parameters' types and
-    defaults as the JSON schema of its arguments. Use as ``@tool`` or ``@tool(name=..., description=...)``."""
+    defaults as the JSON schema of its arguments. Use as ``@tool`` or ``@tool(name=..., description=...)``.
+
+    Args:
+        fn: the function; every parameter must be passable by name and its type must have a JSON schema.
+        name: the name the model calls it by (default: the function's): letters, digits, ``_`` and ``-``.
+        description: what the model is told it does (default: the function's docstring).
+
+    Raises:
+        InvalidTypeError: ``fn`` is not callable, has ``*args``, ``**kwargs`` or positional-only parameters, or
+            type hints that cannot be resolved (``argument="fn"``).
+        InvalidArgumentError: the name has other characters (``argument="name"``).
+    """
     if fn is not None:
         return Tool(fn, name=name, description=description)
 

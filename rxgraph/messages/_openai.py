@@ -32,6 +32,12 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
     An assistant message with tool calls and no text gets ``"content": None``, as OpenAI itself sends it; the
     ``tool_calls`` key appears only when there are calls. A tool message's ``name`` appears only when set.
+
+    Args:
+        messages: rxgraph messages, in order.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
     """
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
@@ -69,9 +75,15 @@ def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
 
     ``content`` may be a string, ``None`` (read as ``""``) or a list of text parts, which are concatenated.
     Keys this package has no field for, such as ``refusal`` or ``annotations`` on responses, are ignored.
-    Raises ``MessageFormatError`` naming the index for anything else: an unknown role (including the legacy
-    ``"function"`` role), a non-text content part, a tool call whose type is not ``"function"``, or a missing
-    or mistyped field.
+
+    Args:
+        payload: the entries, in order.
+
+    Raises:
+        MessageFormatError: an entry is not a message rxgraph can represent (``index`` is its position): not an
+            object, an unknown role (including the legacy ``"function"`` role), a non-text content part, a tool
+            call whose type is not ``"function"``, or a missing or mistyped field. A pydantic ``ValidationError``
+            behind it is its ``__cause__``.
     """
     messages: list[Message] = []
     for i, entry in enumerate(payload):

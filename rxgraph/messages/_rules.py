@@ -197,7 +197,11 @@ def _scan(messages: Sequence[Message], start: int = 0) -> tuple[list[SequenceVio
 def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
     """Every violation of rules 1-3, in message order. An empty list means a valid request body.
 
-    Raises ``InvalidTypeError`` (a ``TypeError``) naming the index if an element is not an rxgraph message.
+    Args:
+        messages: the history, oldest first.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
     """
     violations, _, _ = _scan(messages)
     return violations
@@ -208,6 +212,12 @@ def readiness_violations(messages: Sequence[Message]) -> list[SequenceViolation]
 
     A rule-4 violation points at the assistant message whose calls are still pending, or else at the final
     tool message.
+
+    Args:
+        messages: the history, oldest first.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
     """
     return _readiness(messages, 0)[0]
 
@@ -250,7 +260,14 @@ def _readiness(messages: Sequence[Message], start: int) -> tuple[list[SequenceVi
 
 
 def is_ready_for_user_input(messages: Sequence[Message]) -> bool:
-    """Whether rules 1-4 hold, so a new user message may be appended."""
+    """Whether rules 1-4 hold, so a new user message may be appended.
+
+    Args:
+        messages: the history, oldest first.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
+    """
     return not readiness_violations(messages)
 
 
@@ -263,14 +280,31 @@ def _raise(violations: list[SequenceViolation], what: str) -> None:
 
 
 def check_request(messages: Sequence[Message]) -> None:
-    """Raise ``UnsafeHistoryError`` listing every violation of rules 1-3, one per line.
+    """Check that ``messages`` is a valid request body (rules 1-3).
 
     Call this before sending a request to a chat API, which would otherwise reject the request (or, with some
     providers, silently answer a garbled conversation).
+
+    Args:
+        messages: the request's messages, oldest first.
+
+    Raises:
+        UnsafeHistoryError: a rule is broken; ``violations`` holds every ``SequenceViolation`` found, and the
+            message lists them one per line.
+        InvalidTypeError: an element is not an rxgraph message.
     """
     _raise(sequence_violations(messages), "a valid request body")
 
 
 def check_ready_for_user_input(messages: Sequence[Message]) -> None:
-    """Raise ``UnsafeHistoryError`` listing every violation of rules 1-4, one per line."""
+    """Check that ``messages`` may take a new user message (rules 1-4).
+
+    Args:
+        messages: the history, oldest first.
+
+    Raises:
+        UnsafeHistoryError: a rule is broken; ``violations`` holds every ``SequenceViolation`` found, and the
+            message lists them one per line.
+        InvalidTypeError: an element is not an rxgraph message.
+    """
     _raise(readiness_violations(messages), "ready for user input")

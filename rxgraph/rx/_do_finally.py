@@ -30,8 +30,14 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
       last word on any shared state.
 
     A ``dispose()`` of this subscription returns only once the callback has run, also when another thread got there
-    first and is still running it (a dispose from inside the callback, on its own thread, returns at once). An
-    exception from the callback is logged and never replaces the signal the subscriber already got.
+    first and is still running it (a dispose from inside the callback, on its own thread, returns at once).
+
+    Args:
+        on_finally: called once with how the subscription ended. An exception from it is logged (logger
+            ``rxgraph.rx``) and goes no further: it never replaces the signal the subscriber already got.
+
+    Returns:
+        An operator for ``Observable.pipe``; every subscription to its result gets its own call.
     """
 
     def _operator(source: Observable[_T]) -> Observable[_T]:

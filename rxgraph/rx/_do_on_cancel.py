@@ -23,7 +23,14 @@ def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Ob
 
     The callback runs *before* the upstream subscription is disposed, so it can raise a flag that work still
     running upstream (on another thread, say) sees before it is told to stop. It does not run after ``on_completed``
-    or ``on_error``. An exception from the callback is logged and does not stop the cancellation.
+    or ``on_error``.
+
+    Args:
+        on_cancel: called at most once per subscription. An exception from it is logged (logger ``rxgraph.rx``)
+            and does not stop the cancellation: the upstream is disposed all the same.
+
+    Returns:
+        An operator for ``Observable.pipe``.
     """
 
     def _operator(source: Observable[_T]) -> Observable[_T]:

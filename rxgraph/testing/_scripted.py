@@ -58,6 +58,15 @@ def marbles(diagram: str, *, error: Exception | None = None, timespan: float = 1
     Each ``-`` is one frame of ``timespan`` virtual time (ticks on a ``TestScheduler``), a letter emits its value,
     ``|`` completes, ``#`` fails with ``error`` (a ``RuntimeError`` by default) and ``(ab)`` emits several values
     in one frame. The script starts when the model's answer is subscribed.
+
+    Args:
+        diagram: the marble diagram.
+        error: what ``#`` fails with.
+        timespan: the virtual time of one frame.
+        **values: what each letter emits, by letter.
+
+    Raises:
+        InvalidArgumentError: a value's name is not a single letter (``argument`` is that name).
     """
     for letter in values:
         if len(letter) != 1:
@@ -79,20 +88,33 @@ class ScriptedChatModel:
     Every call is recorded in ``requests`` (messages and tools), so a test can check what the model was sent —
     for example that the next turn's request passes ``check_request``. Scripts play on the scheduler the answer is
     subscribed with, which for an agent is the run's: give the run a ``TestScheduler`` and the whole turn runs in
-    virtual time. Calling it more often than there are scripts raises ``ScriptExhaustedError`` naming the call.
+    virtual time.
+
+    Args:
+        scripts: one per call, each a ``marbles(...)`` script or a plain list of chunks (emitted at once, no
+            scheduler needed).
+
+    Raises:
+        ScriptExhaustedError: from ``stream``, when it is called more often than there are scripts (``call`` is
+            the call's number).
     """
 
     def __init__(self, scripts: Sequence[Script | Sequence[ChatChunk]]) -> None:
-        """``scripts``: one per call, each a ``marbles(...)`` script or a plain list of chunks (emitted at once)."""
         self._scripts = [s if isinstance(s, Script) else _immediate(s) for s in scripts]
         self._lock = threading.Lock()
         self.requests: list[ModelRequest] = []
 
     @property
     def calls(self) -> int:
+        """How many times ``stream`` was called."""
         return len(self.requests)
 
     def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        """Record the request and return the next script's answer (see ``ChatModel.stream``).
+
+        Raises:
+            ScriptExhaustedError: every script was played already.
+        """
         with self._lock:
             number = len(self.requests) + 1
             if number > len(self._scripts):

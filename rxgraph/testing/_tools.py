@@ -22,6 +22,20 @@ class ScriptedTool(Tool):
     ``ScriptedTool("get_weather", marbles("---r|", r="Sunny"))`` answers "Sunny" three ticks after it is called;
     ``marbles("--#", error=TimeoutError("upstream"))`` fails after two. It accepts any JSON object as arguments and
     records them in ``calls``.
+
+    Args:
+        name: the name the model calls it by.
+        scripts: one script, or one per call.
+        description: what the model is told it does.
+        parameters: the JSON schema the model is shown (not checked: any JSON object is accepted).
+        repeat_last: play the last script again once all were played; if False, the call after the last script
+            fails.
+
+    Raises:
+        InvalidArgumentError: ``scripts`` is empty.
+        ScriptExhaustedError: on the call after the last script, with ``repeat_last=False`` (it reaches the
+            tool's ``on_error``, which an agent turns into an error tool message).
+        ToolInputError: from ``parse_arguments``, when the arguments are not a JSON object.
     """
 
     def __init__(
