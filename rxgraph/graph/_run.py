@@ -4,7 +4,8 @@ Life of a run::
 
     subscribe   claim the thread's slot (or wait in line, per ``multitask``); schedule the start on the run's
                 scheduler or on this thread's trampoline, and return: nothing has run and nothing was read yet
-    start       read the base (now), merge the input, write the input checkpoint, route from START
+    start       choose the base (``choose_base``, now), merge the input, write the input checkpoint (``ThreadWriter``),
+                route from START
     drive       node after node, in a loop: call the action; an update goes straight to the tail; an Observable is
                 subscribed, its chunks forwarded, and its completion runs the tail
     tail        merge the update, write the checkpoint (guarded), emit the NodeOutput, route to the next node
@@ -18,7 +19,7 @@ Cancellation points — where a run notices it was cancelled:
   ``first``, ``take_while``, ``take_until``, a dispose from ``on_next``) stops the run at the next step boundary;
 - every chunk: once cancelled, a step drops what its stream still emits, and the stream is disposed;
 - at the tail: before the merge, and again under the run's write lock right before the checkpoint write
-  (``RunContext.commit``), so no write lands once the rewind has begun;
+  (``ThreadWriter.commit``), so no write lands once the rewind has begun;
 - after the write, right before the ``NodeOutput`` is emitted.
 
 A step is "call the node's action, forward its chunks, then run the tail". This module keeps exactly the semantics
