@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from .checkpoint import Checkpoint
 from .errors import CheckpointDecodeError, RxGraphError
 
-__all__ = ["main"]
+__all__ = ["CliError", "main"]
 
 
 class CliError(RxGraphError):

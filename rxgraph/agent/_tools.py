@@ -15,7 +15,7 @@ from reactivex import operators as ops
 from ..errors import InvalidArgumentError, InvalidTypeError, ToolInputError
 from ._model import ToolSpec
 
-__all__ = ["Tool", "tool"]
+__all__ = ["Tool", "json_object", "tool"]
 
 
 class Tool:
