@@ -78,6 +78,14 @@ def new_checkpoint(
     The caller vouches for every field — ``values`` above all, which must already be a read-only mapping of frozen
     values (the engine's merged states are, and so are a saver's decoded ones). Validating would copy and re-freeze
     the whole state on every write; users build checkpoints with ``Checkpoint(...)``, which validates.
+
+    Args:
+        id, thread_id, seq, values, run_id, source, parent_id, node, next, safe, unsafe_reason, rolled_back_from:
+            the fields of :class:`Checkpoint`, taken as they are.
+        created_at: when it was written; ``None`` for now (UTC).
+
+    Returns:
+        The checkpoint. Nothing is checked, so nothing is raised.
     """
     return Checkpoint.model_construct(
         id=id,
@@ -165,29 +173,93 @@ class CheckpointSaver(abc.ABC):
 
     @abc.abstractmethod
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        """The checkpoint ``checkpoint_id`` of the thread, or its head when ``checkpoint_id`` is None.
-        ``None`` when the thread (or that checkpoint in it) does not exist."""
+        """One checkpoint of a thread, or the thread's head.
+
+        Args:
+            thread_id: the thread.
+            checkpoint_id: a checkpoint of that thread; ``None`` for its head (the highest ``seq``).
+
+        Returns:
+            The checkpoint; ``None`` when the thread, or that checkpoint in it, does not exist (a checkpoint of
+            another thread is not found either).
+
+        Raises:
+            CheckpointDecodeError: the stored checkpoint cannot be read back.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time (it never answers ``None`` instead).
+        """
 
     @abc.abstractmethod
     def list(
         self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
     ) -> builtins.list[Checkpoint]:
-        """The thread's checkpoints newest first (highest ``seq`` first), at most ``limit`` of them, only those with
-        ``seq < before_seq`` when given. Empty for an unknown thread."""
+        """A thread's checkpoints, newest (highest ``seq``) first.
+
+        Args:
+            thread_id: the thread; an unknown one has no checkpoints.
+            limit: at most this many (the newest ones); ``None`` for all.
+            before_seq: only those with ``seq < before_seq``; ``None`` for all.
+
+        Returns:
+            The checkpoints, possibly none.
+
+        Raises:
+            InvalidArgumentError: ``limit`` is negative (``argument="limit"``).
+            CheckpointDecodeError: a stored checkpoint cannot be read back.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time.
+        """
 
     @abc.abstractmethod
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        """Store ``checkpoint`` as the new head of its thread if the head is still ``expected_head``; return it."""
+        """Store ``checkpoint`` as the new head of its thread, if the head is still ``expected_head``.
+
+        Args:
+            checkpoint: the new head; its ``seq`` must be the current head's plus one (1 for a new thread) and its
+                id new to the saver.
+            expected_head: the id of the head the caller built on; ``None`` when the thread has no checkpoint yet.
+
+        Returns:
+            ``checkpoint``.
+
+        Raises:
+            CheckpointConflictError: the head is not ``expected_head``; nothing was written.
+            InvalidCheckpointError: the ``seq`` is not the head's plus one, or the id is already stored.
+            SerializationError: a value cannot be stored exactly (durable savers); nothing was written.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time.
+        """
 
     @abc.abstractmethod
     def threads(self) -> builtins.list[str]:
-        """Every thread id that has at least one checkpoint."""
+        """Every thread that has at least one checkpoint.
+
+        Returns:
+            Their ids, in no particular order.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time.
+        """
 
     def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
-        """The newest checkpoint of the thread whose ``safe`` flag is set (with ``seq < before_seq`` when given).
+        """The newest checkpoint of a thread whose ``safe`` flag is set: where a new user turn may start.
 
         The default reads the head first and then walks back a page at a time, so the common case (a safe head)
         costs one read; savers with an index on ``safe`` may answer in one query.
+
+        Args:
+            thread_id: the thread.
+            before_seq: only a checkpoint with ``seq < before_seq``; ``None`` for any.
+
+        Returns:
+            The checkpoint, or ``None`` when the thread has no safe one (there).
+
+        Raises:
+            CheckpointDecodeError: a checkpoint it reads cannot be read back (a saver may skip such checkpoints
+                instead, as ``SqliteSaver`` does).
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time.
         """
         if before_seq is None:
             head = self.get(thread_id)

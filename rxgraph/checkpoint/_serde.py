@@ -91,12 +91,22 @@ class Serde:
     # -- the registry ------------------------------------------------------------------------------------------
 
     def register(self, model_cls: _M, name: str | None = None) -> _M:
-        """Allow instances of ``model_cls`` in stored values, under ``name`` (default: ``module.QualName``).
+        """Allow instances of ``model_cls`` in stored values; usable as a decorator.
 
         The name is what is written to storage, so keep it stable once data exists (pass it explicitly before
-        moving or renaming the class). Registering the same class under the same name again does nothing; a name
-        or a class that is already taken by something else raises ``InvalidArgumentError``. Returns the class, so it
-        can be used as a decorator.
+        moving or renaming the class). Registering the same class under the same name again does nothing.
+
+        Args:
+            model_cls: a pydantic model class (frozen, preferably).
+            name: the name to store it under; default ``module.QualName``.
+
+        Returns:
+            ``model_cls``.
+
+        Raises:
+            InvalidTypeError: ``model_cls`` is not a pydantic model class (``argument="model_cls"``).
+            InvalidArgumentError: ``name`` is empty, or it or the class is already registered with another
+                (``argument="name"``).
         """
         if not (isinstance(model_cls, type) and issubclass(model_cls, BaseModel)):
             raise InvalidTypeError(f"only pydantic models can be registered, got {model_cls!r}", argument="model_cls")
@@ -136,10 +146,19 @@ class Serde:
     # -- text --------------------------------------------------------------------------------------------------
 
     def dumps(self, value: Any, *, key: str | None = None, index: int | None = None) -> str:
-        """Encode ``value`` as JSON text. ``key`` (the state key it belongs to) and ``index`` (its position in the
-        list at ``key``, for a list item) only make errors more precise.
+        """Encode ``value`` as standard JSON text, which UTF-8 can always encode.
 
-        Raises ``SerializationError`` for a type that cannot be stored exactly.
+        Args:
+            value: the value to encode.
+            key: the state key it belongs to; only for error messages.
+            index: its position in the list at ``key``, when it is an item of one; only for error messages.
+
+        Returns:
+            The text; :meth:`loads` gives back an equal value of the same types (containers frozen).
+
+        Raises:
+            SerializationError: ``value`` holds something that cannot be stored exactly (``key`` and
+                ``value_type`` say what); the message says how to fix it.
         """
         try:
             tree = self._encode(value) if index is None else self._encode_at(value, index)
@@ -160,15 +179,34 @@ class Serde:
         return _utf8_safe(text)
 
     def loads(self, text: str | bytes) -> Any:
-        """Decode text written by :meth:`dumps`; containers come back frozen.
+        """Decode text written by :meth:`dumps`.
 
-        Raises ``DecodeError`` for text that is not such an encoding, or a pydantic ``ValidationError`` when a
-        model's data no longer validates.
+        Args:
+            text: the text, or its UTF-8 bytes.
+
+        Returns:
+            The value; containers come back frozen.
+
+        Raises:
+            DecodeError: ``text`` is not an encoding ``dumps`` writes, or names a model not registered here.
+            pydantic.ValidationError: a registered model's stored data no longer validates against the class (it
+                changed since the data was written); left as pydantic raised it, so its details stay readable.
         """
         return self._decode(_parse(text))
 
     def loads_many(self, texts: Iterable[str]) -> list[Any]:
-        """Decode several encodings at once (one JSON parse for all of them)."""
+        """Decode several texts written by :meth:`dumps` at once (one JSON parse for all of them).
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            Their values, in order.
+
+        Raises:
+            DecodeError: a text is not such an encoding (one that would shift the others included).
+            pydantic.ValidationError: a registered model's stored data no longer validates (see :meth:`loads`).
+        """
         texts = list(texts)
         parsed = _parse("[" + ",".join(texts) + "]")
         if len(parsed) != len(texts):
@@ -396,5 +434,18 @@ default_serde = Serde()
 
 
 def register(model_cls: _M, name: str | None = None) -> _M:
-    """Register ``model_cls`` with :data:`default_serde` (see :meth:`Serde.register`); usable as a decorator."""
+    """Register ``model_cls`` with :data:`default_serde`, which savers use unless given a ``Serde``; usable as a
+    decorator.
+
+    Args:
+        model_cls: a pydantic model class (frozen, preferably).
+        name: the name to store it under; default ``module.QualName``. Keep it stable once data exists.
+
+    Returns:
+        ``model_cls``.
+
+    Raises:
+        InvalidTypeError: ``model_cls`` is not a pydantic model class.
+        InvalidArgumentError: ``name`` is empty, or it or the class is already registered with another.
+    """
     return default_serde.register(model_cls, name)

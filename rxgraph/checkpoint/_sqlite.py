@@ -148,14 +148,11 @@ class _Entry:
 class SqliteSaver(CheckpointSaver):
     """A checkpoint saver on an SQLite file; several threads and several processes may share one file.
 
-    ``path`` is the database file (created with its schema when new; ``":memory:"`` works for a private, unshared
-    database). ``serde`` is the type registry for values (default: :data:`~rxgraph.checkpoint.default_serde`).
-    ``timeout`` is how long, in seconds, a call waits for a lock held by another thread or process before it
-    raises. ``synchronous`` is SQLite's durability setting: ``"NORMAL"`` (the default, with WAL) survives a killed
-    process; ``"FULL"`` also survives a power cut, at the cost of a disk flush per ``put``. ``cache_size`` bounds
-    how many checkpoints (and ``4 * cache_size`` values) are kept in memory. ``migrations`` overrides the registered
-    schema migrations (``{version: callable(connection)}``). ``schema_version`` is the file's schema version once
-    opened (created or migrated if needed).
+    ``schema_version`` is the file's schema version once opened (created or migrated if needed). Close the saver
+    (or use it as a context manager) when done; a closed saver raises ``SaverClosedError``. A call that waits
+    longer than twice ``timeout`` for another thread of this process raises ``SaverTimeoutError``; a ``put`` that
+    finds the file locked by another process for ``timeout`` seconds raises SQLite's ``OperationalError``, with a
+    note naming the file.
 
     Threads share one connection, used under a lock: SQLite runs one writer at a time anyway, and one connection
     lets every thread share the cache, so the parent of a ``put`` is never re-read from disk.
@@ -172,6 +169,25 @@ class SqliteSaver(CheckpointSaver):
         cache_size: int = 256,
         migrations: Mapping[int, Migration] | None = None,
     ) -> None:
+        """Open (and when new, create) the database file.
+
+        Args:
+            path: the database file; ``":memory:"`` for a private database that lives as long as the saver.
+            serde: the type registry for values; default :data:`~rxgraph.checkpoint.default_serde`.
+            timeout: seconds a call waits for a lock held by another thread or process before it raises.
+            synchronous: SQLite's durability setting: ``"NORMAL"`` (with WAL) survives a killed process;
+                ``"FULL"`` also a power cut, at the cost of a disk flush per ``put``.
+            cache_size: how many checkpoints (and ``4 * cache_size`` values) are kept in memory.
+            migrations: ``{version: callable(connection)}``, overriding the registered schema migrations.
+
+        Raises:
+            InvalidArgumentError: ``synchronous``, ``timeout`` or ``cache_size`` has a value it cannot have
+                (``argument`` names it); nothing was opened.
+            IncompatibleDatabaseError: the file is not an rxgraph checkpoint database, has a newer schema, or
+                could not be migrated (``path`` is the file); nothing was written to it.
+            sqlite3.OperationalError: the file stayed locked by another process for ``timeout`` seconds while
+                its schema was being created or migrated (a note says so).
+        """
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise InvalidArgumentError(
                 f"synchronous must be 'OFF', 'NORMAL', 'FULL' or 'EXTRA', got {synchronous!r}", argument="synchronous"
@@ -220,12 +236,19 @@ class SqliteSaver(CheckpointSaver):
 
     @property
     def stats(self) -> SqliteSaverStats:
-        """A snapshot of this saver's counters."""
+        """This saver's counters since it was opened (still readable once it is closed).
+
+        Returns:
+            A copy, which later calls do not change.
+        """
         with self._lock:
             return replace(self._counters)
 
     def close(self) -> None:
-        """Close the connection; later calls raise. Closing twice is allowed."""
+        """Close the connection and drop the caches, once any call in progress has finished.
+
+        Later calls of the contract raise ``SaverClosedError``; closing again does nothing. Raises nothing.
+        """
         with self._lock:
             conn, self._conn = self._conn, None
             for cache in (self._by_id, self._heads, self._blob_values, self._list_values, self._known):
