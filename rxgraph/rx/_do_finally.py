@@ -22,12 +22,44 @@ _log = logging.getLogger("rxgraph.rx")
 def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable[_T]], Observable[_T]]:
     """Call ``on_finally(signal)`` exactly once, when the subscription has ended.
 
+    ::
+
+        source      --a--b--|        --a--b--#        --a--b--c--|
+                    [           do_finally(f)                    ]
+        subscriber  --a--b--|        --a--b--#        --a--b-X
+        f                   C                E               F
+
+        C  f(ON_COMPLETE), once the subscriber's on_completed has returned
+        E  f(ON_ERROR), once the subscriber's on_error has returned
+        X  the subscriber disposes (c and | never come); the source is disposed, and then
+        F  f(CANCEL), once that upstream dispose has returned (or raised), in the same tick
+
     - ``SignalType.ON_COMPLETE`` / ``ON_ERROR``: after the terminal event has been passed to the subscriber.
     - ``SignalType.CANCEL``: when the subscriber disposed before a terminal event (a plain ``dispose()``, or an
       operator downstream such as ``take``, ``take_until`` or ``timeout`` doing it), *after* the upstream dispose has
       returned — or raised: the callback runs either way. Put this operator last in a ``pipe`` so that "upstream" is
-      the whole pipeline: the callback then runs when nothing upstream is still being torn down, which makes it the
-      last word on any shared state.
+      the whole pipeline: on cancel the callback then runs when nothing upstream is still being torn down, which
+      makes it the last word on any shared state.
+
+    Several in one pipe, ``source.pipe(do_finally(f1), do_finally(f2), do_finally(f3))`` (``f1`` nearest the
+    source), call back in an order that depends on the signal, because the signal and the dispose travel in
+    opposite directions and each operator calls back only once its part of the journey has returned:
+
+    ::
+
+        source      --a--b--|                   --a--b--c--|
+        subscriber  --a--b--|                   --a--b-X
+        callbacks           f3 f2 f1                   f1 f2 f3    (all in the tick of | or X)
+
+    - completion and error: from the subscriber inwards, ``f3, f2, f1`` — the reverse of the order in the ``pipe``,
+      as in Reactor (``severalInARowExecutedInReverseOrder``). Each passes the signal on, then calls back.
+    - cancel: from the source outwards, ``f1, f2, f3`` — each disposes its upstream, then calls back, so ``f3``
+      (the last in the ``pipe``) is the last word.
+
+    A callback that raises does not change this: the others still run, in the same order, and the subscriber has its
+    signal. The order is that of operators chained directly or through synchronous ones (``map``, ``filter``...);
+    one between them that hands the signal or the dispose to a scheduler (``observe_on``, ``subscribe_on``,
+    ``delay``) orders them by that scheduler instead. ``tests/rx/test_do_finally.py`` pins all of this.
 
     A ``dispose()`` of this subscription returns only once the callback has run, also when another thread got there
     first and is still running it (a dispose from inside the callback, on its own thread, returns at once).

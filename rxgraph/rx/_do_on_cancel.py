@@ -21,9 +21,24 @@ _log = logging.getLogger("rxgraph.rx")
 def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Observable[_T]]:
     """Call ``on_cancel()`` once when the subscription is disposed before a terminal event.
 
+    ::
+
+        source      --a--b--c--|        --a--b--|
+                    [      do_on_cancel(f)      ]
+        subscriber  --a--b-X            --a--b--|
+        f                  F                             (no call: the source completed)
+
+        X  the subscriber disposes
+        F  f(), then the source is disposed (c and | never come), in the same tick
+
     The callback runs *before* the upstream subscription is disposed, so it can raise a flag that work still
     running upstream (on another thread, say) sees before it is told to stop. It does not run after ``on_completed``
     or ``on_error``.
+
+    Several in one ``pipe`` call back from the subscriber inwards (the last in the ``pipe`` first), each before it
+    disposes its upstream. Followed by a ``do_finally``, as rxgraph's runs use the pair
+    (``pipe(do_on_cancel(stop), do_finally(finish))``), a cancel runs ``stop()``, then disposes the source, then
+    ``finish(CANCEL)``.
 
     Args:
         on_cancel: called at most once per subscription. An exception from it is logged (logger ``rxgraph.rx``)

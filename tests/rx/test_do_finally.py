@@ -3,6 +3,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 import reactivex as rx
 from reactivex import operators as ops
 from reactivex.testing import ReactiveTest, TestScheduler
@@ -196,3 +197,110 @@ class _Quiet(rx.abc.ObserverBase[Any]):
     def on_next(self, value: Any) -> None: ...
     def on_error(self, error: Exception) -> None: ...
     def on_completed(self) -> None: ...
+
+
+# -- several in one pipe -----------------------------------------------------------------------------------------
+# f1 sits nearest the source, f3 nearest the subscriber. Each case records, in one list, what the subscriber saw,
+# when the source's own subscription was disposed, and each callback.
+
+
+def _three_in_a_row(
+    messages: list[Any], *, disposed: float = 1000, failing: int | None = None
+) -> tuple[list[Any], list[str]]:
+    order: list[str] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(*messages)
+
+    def callback(number: int) -> Any:
+        def record(signal: SignalType) -> None:
+            order.append(f"f{number}:{signal.name}")
+            if number == failing:
+                raise RuntimeError(f"f{number} failed")
+
+        return record
+
+    def make() -> rx.Observable[str]:
+        guarded = rx.using(lambda: rx.disposable.Disposable(lambda: order.append("source disposed")), lambda _: source)
+        return guarded.pipe(
+            do_finally(callback(1)),
+            do_finally(callback(2)),
+            do_finally(callback(3)),
+            ops.do_action(
+                on_completed=lambda: order.append("subscriber:completed"),
+                on_error=lambda e: order.append(f"subscriber:error {e}"),
+            ),
+        )
+
+    observed = scheduler.start(make, disposed=disposed)
+    return observed.messages, order
+
+
+def test_several_in_a_row_call_back_from_the_subscriber_inwards_on_completion() -> None:
+    # Reactor's severalInARowExecutedInReverseOrder: each operator passes the completion on, then calls back.
+    messages, order = _three_in_a_row([on_next(10, "a"), on_completed(20)])
+    assert messages == [on_next(210, "a"), on_completed(220)]
+    callbacks = [event for event in order if event.startswith("f")]
+    assert callbacks == ["f3:ON_COMPLETE", "f2:ON_COMPLETE", "f1:ON_COMPLETE"]
+    assert order[0] == "subscriber:completed"
+
+
+def test_several_in_a_row_call_back_from_the_subscriber_inwards_on_error() -> None:
+    messages, order = _three_in_a_row([on_next(10, "a"), on_error(20, ValueError("bad"))])
+    assert [m.value.kind for m in messages] == ["N", "E"] and messages[-1].time == 220
+    callbacks = [event for event in order if event.startswith("f")]
+    assert callbacks == ["f3:ON_ERROR", "f2:ON_ERROR", "f1:ON_ERROR"]
+    assert order[0] == "subscriber:error bad"
+
+
+def test_several_in_a_row_call_back_from_the_source_outwards_on_cancel() -> None:
+    # The dispose travels the other way: each operator disposes its upstream, then calls back. So f1 runs first,
+    # right after the source was disposed, and f3, nearest the subscriber, has the last word.
+    messages, order = _three_in_a_row([on_next(10, "a"), on_completed(20)], disposed=215)
+    assert messages == [on_next(210, "a")]
+    assert order == ["source disposed", "f1:CANCEL", "f2:CANCEL", "f3:CANCEL"]
+
+
+def test_a_failing_callback_in_a_row_stops_neither_the_others_nor_the_signal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    completed = _three_in_a_row([on_next(10, "a"), on_completed(20)], failing=2)
+    assert completed[0] == [on_next(210, "a"), on_completed(220)]
+    assert [e for e in completed[1] if e.startswith(("f", "subscriber"))] == [
+        "subscriber:completed",
+        "f3:ON_COMPLETE",
+        "f2:ON_COMPLETE",
+        "f1:ON_COMPLETE",
+    ]
+
+    failed = _three_in_a_row([on_next(10, "a"), on_error(20, ValueError("bad"))], failing=2)
+    assert [m.value.kind for m in failed[0]] == ["N", "E"] and str(failed[0][-1].value.exception) == "bad"
+    assert [e for e in failed[1] if e.startswith(("f", "subscriber"))] == [
+        "subscriber:error bad",
+        "f3:ON_ERROR",
+        "f2:ON_ERROR",
+        "f1:ON_ERROR",
+    ]
+
+    cancelled = _three_in_a_row([on_next(10, "a"), on_completed(20)], disposed=215, failing=2)
+    assert cancelled == ([on_next(210, "a")], ["source disposed", "f1:CANCEL", "f2:CANCEL", "f3:CANCEL"])
+
+    failures = [r for r in caplog.records if r.name == "rxgraph.rx" and r.exc_info is not None]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["f2 failed"] * 3
+
+
+def test_several_do_on_cancel_call_back_from_the_subscriber_inwards_before_the_source_is_disposed() -> None:
+    # What rxgraph's runs rely on: do_on_cancel then do_finally gives on_cancel, upstream dispose, on_finally.
+    order: list[str] = []
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_next(10, "a"), on_completed(20))
+
+    def make() -> rx.Observable[str]:
+        guarded = rx.using(lambda: rx.disposable.Disposable(lambda: order.append("source disposed")), lambda _: source)
+        return guarded.pipe(
+            do_on_cancel(lambda: order.append("c1")),
+            do_on_cancel(lambda: order.append("c2")),
+            do_finally(lambda s: order.append(f"f:{s.name}")),
+        )
+
+    scheduler.start(make, disposed=215)
+    assert order == ["c2", "c1", "source disposed", "f:CANCEL"]
