@@ -5,7 +5,8 @@
 - a harness that runs a turn on a ``TestScheduler`` and cancels it at a tick, on an event, by ``timeout`` or by
   ``take_until`` (``CancellationHarness``), with a marble picture of what happened (``render_timeline``);
 - the explorer, which cancels a scenario at every point where something happens and checks that turns stay atomic
-  (``explore_cancellations``, ``assert_cancellation_safe``).
+  (``explore_cancellations``, ``assert_cancellation_safe``);
+- the ``CheckpointSaver`` contract as a test suite to subclass, for your own saver (``SaverContract``).
 """
 
 from ._chunks import finish, text, tool_call
@@ -23,6 +24,7 @@ from ._harness import (
     timeout_after,
 )
 from ._recording import DelegatingSaver, Event, RecordingSaver
+from ._saver_contract import SaverContract
 from ._scripted import ModelRequest, Script, ScriptedChatModel, ScriptExhaustedError, marbles
 from ._timeline import render_timeline
 from ._tools import ScriptedTool
@@ -35,6 +37,7 @@ __all__ = [
     "ExplorationReport",
     "ModelRequest",
     "RecordingSaver",
+    "SaverContract",
     "Script",
     "ScriptExhaustedError",
     "ScriptedChatModel",
