@@ -3,7 +3,7 @@
 ::
 
     RxGraphError
-    ├── ConfigurationError                     something was set up wrong; raised when it is built or called
+    ├── ConfigurationError                     something was set up wrong; found when it is built, called or used
     │   ├── GraphValidationError (ValueError)      the graph is malformed                        .node
     │   ├── InvalidArgumentError (ValueError)      an option or argument has a value it cannot have  .argument
     │   └── InvalidTypeError (TypeError)           an option or argument has a type it cannot have   .argument
@@ -75,7 +75,8 @@ class RxGraphError(Exception):
 
 
 class ConfigurationError(RxGraphError):
-    """A graph, agent, tool, saver or call was set up wrong. Raised where it is built or called, never mid-run."""
+    """A graph, agent, tool, saver or call was set up wrong. Raised where it is built or called — or, for what only
+    shows when it is used (a node's Observable whose subscribe returns something unusable), when the run uses it."""
 
 
 class GraphValidationError(ConfigurationError, ValueError):
@@ -193,8 +194,8 @@ class DeadlockError(RunError, RuntimeError):
 class UnsafeHistoryError(RxGraphError, ValueError):
     """A message history breaks the chat-API sequence rules (for example a tool call with no tool response).
 
-    ``violations`` lists each broken rule (``rxgraph.messages.Violation``); ``thread_id`` and ``checkpoint_id`` say
-    which stored history it is, when it is one.
+    ``violations`` lists each broken rule (``rxgraph.messages.SequenceViolation``); ``thread_id`` and
+    ``checkpoint_id`` say which stored history it is, when it is one.
     """
 
     def __init__(
@@ -313,5 +314,6 @@ class SaverClosedError(CheckpointError, RuntimeError):
 
 
 class SaverTimeoutError(CheckpointError, TimeoutError):
-    """The saver could not get its connection in time (other threads, or another process, held it). It never
-    answers "nothing" instead: retry, or give it a longer ``timeout``."""
+    """The saver could not get its connection (other threads of this process held it) or the database's write lock
+    (another connection or process held it) in time. It never answers "nothing" instead: retry, or give it a longer
+    ``timeout``."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from types import TracebackType
 
+from ..errors import SaverTimeoutError
+
 __all__ = ["WriteTransaction", "write_transaction"]
 
 
@@ -23,9 +25,13 @@ class WriteTransaction:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
-            # SQLite says only "database is locked"; say which file, and for how long it was waited on.
-            error.add_note(f"rxgraph: {self._where} stayed locked for more than {self._timeout:g} s")
-            raise
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            # SQLite says only "database is locked": say which file, and for how long it was waited on.
+            raise SaverTimeoutError(
+                f"{self._where} stayed locked for more than {self._timeout:g} s (another connection, or another "
+                "process, was writing to it); nothing was written. Retry, or open the saver with a longer timeout"
+            ) from error
         return self._conn
 
     def __exit__(
@@ -56,6 +62,6 @@ def write_transaction(conn: sqlite3.Connection, where: str, timeout: float) -> W
         timeout: the connection's busy timeout in seconds, for the note on a timeout.
 
     Raises:
-        sqlite3.OperationalError: the lock stayed taken for ``timeout`` seconds; a note says which file.
+        SaverTimeoutError: the lock stayed taken for ``timeout`` seconds (its cause is SQLite's OperationalError).
     """
     return WriteTransaction(conn, where, timeout)
