@@ -15,7 +15,7 @@ from ..checkpoint._base import CheckpointSaver
 from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
 from ..graph._builder import StateGraph
 from ..graph._compiled import CompiledGraph
-from ..graph._config import CancelPolicy, MultitaskPolicy, RunnableConfig, UnsafeHeadPolicy
+from ..graph._config import CancelPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
 from ..graph._constants import END, START
 from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._state import KeyStrategy
@@ -53,9 +53,10 @@ class ReactAgent:
         checkpointer: CheckpointSaver | None = None,
         system_prompt: str | None = None,
         max_iterations: int = 10,
-        on_cancel: CancelPolicy = "rewind",
-        on_unsafe_head: UnsafeHeadPolicy = "rollback",
-        multitask: MultitaskPolicy = "enqueue",
+        policy: TurnPolicy | None = None,
+        on_cancel: CancelPolicy | None = None,
+        on_unsafe_head: UnsafeHeadPolicy | None = None,
+        multitask: MultitaskPolicy | None = None,
     ) -> None:
         """Build the agent and compile its graph.
 
@@ -65,7 +66,9 @@ class ReactAgent:
             checkpointer: where the thread's turns are stored; without one, a turn sees only its own input.
             system_prompt: sent first in every request to the model; never stored in the history.
             max_iterations: model calls per turn; the last one is offered no tools.
-            on_cancel: what a cancelled turn leaves behind (see ``StateGraph.compile``).
+            policy: how turns begin and end (``TurnPolicy``; its defaults when None); the three keywords below
+                override single fields of it, as ``StateGraph.compile`` does.
+            on_cancel: what a cancelled turn leaves behind.
             on_unsafe_head: where a turn starts when the thread's head cannot take a user message.
             multitask: what a turn does when another one holds the thread.
 
@@ -104,7 +107,13 @@ class ReactAgent:
             .add_edge(START, "model")
             .add_conditional_edges("model", _after_model, {"tools": "tools", "end": END})
             .add_edge("tools", "model")
-            .compile(checkpointer=checkpointer, on_cancel=on_cancel, on_unsafe_head=on_unsafe_head, multitask=multitask)
+            .compile(
+                checkpointer=checkpointer,
+                policy=policy,
+                on_cancel=on_cancel,
+                on_unsafe_head=on_unsafe_head,
+                multitask=multitask,
+            )
         )
 
     # -- running -----------------------------------------------------------------------------------------------

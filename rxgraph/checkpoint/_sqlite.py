@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import logging
 import os
 import sqlite3
 import threading
@@ -30,6 +29,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
+from .._log import log
 from ..errors import (
     CheckpointDecodeError,
     DecodeError,
@@ -45,7 +45,6 @@ from ._sqlite_transaction import write_transaction
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
 
-_log = logging.getLogger("rxgraph")
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -324,7 +323,7 @@ class SqliteSaver(CheckpointSaver):
                 try:
                     return self._entry_for(row, None).checkpoint
                 except CheckpointDecodeError as error:
-                    _log.warning("thread %r: skipping checkpoint %s (seq %d): %s", thread_id, row[0], row[2], error)
+                    log.warning("thread %r: skipping checkpoint %s (seq %d): %s", thread_id, row[0], row[2], error)
                     bound = row[2]
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
@@ -385,7 +384,7 @@ class SqliteSaver(CheckpointSaver):
             return self._entry_for(row, None)
         except CheckpointDecodeError as error:
             # Not fatal for the write: its values are then stored in full instead of as changes.
-            _log.warning("parent checkpoint %s cannot be read, storing the new one in full: %s", parent_id, error)
+            log.warning("parent checkpoint %s cannot be read, storing the new one in full: %s", parent_id, error)
             return None
 
     def _plan(

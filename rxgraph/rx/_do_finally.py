@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -10,13 +9,13 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import SingleAssignmentDisposable
 
+from .._log import rx_log
 from ._signal import SignalType
 from ._subscribe import subscribe_source
 
 __all__ = ["do_finally"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("rxgraph.rx")
 
 
 def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable[_T]], Observable[_T]]:
@@ -94,7 +93,7 @@ def do_finally(on_finally: Callable[[SignalType], None]) -> Callable[[Observable
                 try:
                     on_finally(candidate)
                 except Exception:
-                    _log.exception("do_finally callback %r failed on %s", on_finally, candidate.name)
+                    rx_log.exception("do_finally callback %r failed on %s", on_finally, candidate.name)
                 finally:
                     finished.set()
 

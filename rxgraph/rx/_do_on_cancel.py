@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -10,12 +9,12 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
+from .._log import rx_log
 from ._subscribe import subscribe_source
 
 __all__ = ["do_on_cancel"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("rxgraph.rx")
 
 
 def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Observable[_T]]:
@@ -76,7 +75,7 @@ def do_on_cancel(on_cancel: Callable[[], None]) -> Callable[[Observable[_T]], Ob
                     if cancel:
                         on_cancel()
                 except Exception:
-                    _log.exception("do_on_cancel callback %r failed; the cancellation goes on", on_cancel)
+                    rx_log.exception("do_on_cancel callback %r failed; the cancellation goes on", on_cancel)
                 finally:
                     upstream.dispose()
 

@@ -13,19 +13,18 @@ so a second one adds a call per item and nothing else. Callers drop events after
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from .._log import rx_log
 from ..errors import InvalidTypeError
 
 __all__ = ["as_disposable", "subscribe_source"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("rxgraph.rx")
 
 
 class _Forward(abc.ObserverBase[Any]):
@@ -72,7 +71,7 @@ class _Teardown(abc.DisposableBase):
         try:
             dispose()
         except Exception:
-            _log.exception("disposing the subscription to %r raised; the cancellation goes on", self._source)
+            rx_log.exception("disposing the subscription to %r raised; the cancellation goes on", self._source)
 
 
 def as_disposable(subscription: Any, source: object = None) -> abc.DisposableBase:
