@@ -28,6 +28,12 @@ class StateGraph:
     """
 
     def __init__(self, schema: Mapping[str, KeyStrategy] | None = None) -> None:
+        """Args:
+            schema: the key strategies of the state (keys not listed use ``KeyStrategy.REPLACE``).
+
+        Raises:
+            InvalidTypeError: a key that is not a string, or a strategy that is not a ``KeyStrategy``.
+        """
         self._schema = StateSchema(schema)
         self._nodes: dict[str, NodeSpec] = {}
         self._edges: list[tuple[str, str]] = []
@@ -40,6 +46,18 @@ class StateGraph:
         an Observable of chunks. Chunks reach the subscriber as ``StreamingOutput`` while the node runs; when the
         stream completes, ``reduce(chunks)`` gives the update. Without ``reduce``, each chunk must be a mapping and
         is merged as an update in turn.
+
+        Args:
+            name: a name no other node has (not ``START`` or ``END``).
+            action: the node's function.
+            reduce: turns a streaming node's chunks into its update.
+
+        Returns:
+            This graph.
+
+        Raises:
+            GraphValidationError: the name is empty, reserved or taken.
+            InvalidTypeError: ``action`` or ``reduce`` is not callable, or ``action`` takes no argument.
         """
         if not isinstance(name, str) or not name:
             raise GraphValidationError(f"a node name must be a non-empty string, got {name!r}", node=str(name))
@@ -53,7 +71,11 @@ class StateGraph:
         return self
 
     def add_edge(self, source: str, target: str) -> Self:
-        """After ``source`` (a node or ``START``) runs ``target`` (a node or ``END``)."""
+        """After ``source`` (a node or ``START``) runs ``target`` (a node or ``END``). Checked by ``compile``.
+
+        Returns:
+            This graph.
+        """
         self._edges.append((source, target))
         return self
 
@@ -63,7 +85,19 @@ class StateGraph:
         """After ``source``, ``route(state)`` chooses what runs next.
 
         With ``path_map`` (a mapping), the route returns one of its keys; with a list of node names it returns one of
-        them; without, it returns a node name or ``END``.
+        them; without, it returns a node name or ``END``. A route that returns anything else fails the run with
+        ``RouteError``.
+
+        Args:
+            source: the node (or ``START``) the route follows.
+            route: ``route(state) -> label``, called with the state ``source`` produced.
+            path_map: labels to node names, or the node names the route may return.
+
+        Returns:
+            This graph.
+
+        Raises:
+            GraphValidationError: ``route`` is not callable, or ``path_map`` is a string.
         """
         if not callable(route):
             raise GraphValidationError(
