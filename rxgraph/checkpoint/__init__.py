@@ -1,6 +1,6 @@
 """Checkpoints and the savers that store them."""
 
-from ._base import Checkpoint, CheckpointSaver, CheckpointSource, check_limit, check_put
+from ._base import Checkpoint, CheckpointSaver, CheckpointSource, check_limit, check_put, duplicate_id
 from ._memory import MemorySaver
 from ._serde import Serde, default_serde, register
 from ._sqlite import SqliteSaver, SqliteSaverStats
@@ -16,5 +16,6 @@ __all__ = [
     "check_limit",
     "check_put",
     "default_serde",
+    "duplicate_id",
     "register",
 ]

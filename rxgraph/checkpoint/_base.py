@@ -14,7 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .._frozen import freeze
 from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError
 
-__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "check_limit", "check_put", "new_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointSaver",
+    "CheckpointSource",
+    "check_limit",
+    "check_put",
+    "duplicate_id",
+    "new_checkpoint",
+]
 
 CheckpointSource = Literal["input", "loop", "rewind", "update"]
 """Why a checkpoint was written: the input merged at START, a node finished, a cancelled turn was rewound, or a
@@ -105,7 +113,7 @@ def new_checkpoint(
 
 
 def check_put(
-    checkpoint: Checkpoint, *, expected_head: str | None, head: tuple[str, int] | None, id_stored: bool
+    checkpoint: Checkpoint, *, expected_head: str | None, head: tuple[str, int] | None, id_stored: bool = False
 ) -> None:
     """Raise unless the saver contract lets ``put`` store ``checkpoint``; the one place the contract is enforced.
 
@@ -116,7 +124,8 @@ def check_put(
         checkpoint: the checkpoint ``put`` was given.
         expected_head: the head id the caller built on (``None``: the thread has no checkpoint yet).
         head: the thread's head as ``(id, seq)``, or ``None`` when it has no checkpoint.
-        id_stored: whether a checkpoint with ``checkpoint.id`` is already stored, in any thread.
+        id_stored: whether a checkpoint with ``checkpoint.id`` is already stored, in any thread (a saver whose store
+            refuses a duplicate id itself may leave it False and raise ``duplicate_id(checkpoint)`` then).
 
     Raises:
         CheckpointConflictError: the head is not ``expected_head``.
@@ -141,11 +150,18 @@ def check_put(
             checkpoint_id=checkpoint.id,
         )
     if id_stored:
-        raise InvalidCheckpointError(
-            f"thread {thread_id!r}: checkpoint id {checkpoint.id!r} is already stored; ids are unique across threads",
-            thread_id=thread_id,
-            checkpoint_id=checkpoint.id,
-        )
+        raise duplicate_id(checkpoint)
+
+
+def duplicate_id(checkpoint: Checkpoint) -> InvalidCheckpointError:
+    """The error for a ``put`` of an id that is already stored — for savers whose store finds that out itself (a
+    unique index) rather than before the write, as ``check_put(..., id_stored=...)`` does."""
+    return InvalidCheckpointError(
+        f"thread {checkpoint.thread_id!r}: checkpoint id {checkpoint.id!r} is already stored; ids are unique across "
+        "threads",
+        thread_id=checkpoint.thread_id,
+        checkpoint_id=checkpoint.id,
+    )
 
 
 def check_limit(limit: int | None) -> None:

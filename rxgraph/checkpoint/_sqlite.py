@@ -38,7 +38,7 @@ from ..errors import (
     SaverClosedError,
     SaverTimeoutError,
 )
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, new_checkpoint
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, duplicate_id, new_checkpoint
 from ._serde import Serde, default_serde, json_text, parse_json_text
 from ._sqlite_schema import Migration, prepare
 from ._sqlite_transaction import write_transaction
@@ -65,7 +65,6 @@ _COLUMNS = (
 _SELECT_HEAD = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_HEAD_ID = "SELECT id, seq FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_BY_ID = f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?"
-_SELECT_ID_STORED = "SELECT 1 FROM checkpoints WHERE id = ?"
 _SELECT_PAGE = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 _SELECT_SAFE = (
     f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND safe = 1 AND seq < ? ORDER BY seq DESC LIMIT 1"
@@ -149,9 +148,8 @@ class SqliteSaver(CheckpointSaver):
 
     ``schema_version`` is the file's schema version once opened (created or migrated if needed). Close the saver
     (or use it as a context manager) when done; a closed saver raises ``SaverClosedError``. A call that waits
-    longer than twice ``timeout`` for another thread of this process raises ``SaverTimeoutError``; a ``put`` that
-    finds the file locked by another process for ``timeout`` seconds raises SQLite's ``OperationalError``, with a
-    note naming the file.
+    longer than twice ``timeout`` for another thread of this process, or a ``put`` that finds the file locked by
+    another connection or process for ``timeout`` seconds, raises ``SaverTimeoutError`` naming the file.
 
     Threads share one connection, used under a lock: SQLite runs one writer at a time anyway, and one connection
     lets every thread share the cache, so the parent of a ``put`` is never re-read from disk.
@@ -339,8 +337,7 @@ class SqliteSaver(CheckpointSaver):
                     checkpoint,
                     expected_head=expected_head,
                     head=conn.execute(_SELECT_HEAD_ID, (thread_id,)).fetchone(),
-                    id_stored=conn.execute(_SELECT_ID_STORED, (checkpoint.id,)).fetchone() is not None,
-                )
+                )  # a duplicate id is refused by the table's unique index, below: one query less per put
                 for key, text, _ in blobs:
                     refs[key] = _row_id(conn.execute("INSERT INTO blobs (value) VALUES (?)", (text,)))
                     written += len(text) + 8
@@ -357,7 +354,12 @@ class SqliteSaver(CheckpointSaver):
                 refs = {key: refs[key] for key in values}  # the manifest keeps the state's key order
                 row = _checkpoint_row(checkpoint, refs)
                 written += sum(len(v) if isinstance(v, str) else 8 for v in row if v is not None)
-                conn.execute(_INSERT_CHECKPOINT, row)
+                try:
+                    conn.execute(_INSERT_CHECKPOINT, row)
+                except sqlite3.IntegrityError as error:
+                    if "checkpoints.id" not in str(error):
+                        raise
+                    raise duplicate_id(checkpoint) from error
             # Only now (committed) may the new rows be referred to by later writes.
             self._remember(_Entry(checkpoint, refs))
             self._heads.put(thread_id, checkpoint.id)
