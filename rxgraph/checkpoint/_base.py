@@ -24,9 +24,9 @@ __all__ = [
     "new_checkpoint",
 ]
 
-CheckpointSource = Literal["input", "loop", "rewind", "update"]
-"""Why a checkpoint was written: the input merged at START, a node finished, a cancelled turn was rewound, or a
-state was written from outside a run."""
+CheckpointSource = Literal["input", "loop", "rewind", "update", "error"]
+"""Why a checkpoint was written: the input merged at START, a node finished, a cancelled or failed turn was rewound,
+a state was written from outside a run, or a failed run recorded its error and kept what it had written."""
 
 
 class Checkpoint(BaseModel):
@@ -58,6 +58,10 @@ class Checkpoint(BaseModel):
         default=None,
         description="on a run's first checkpoint: the unsafe head the run did not start from (its base is parent_id)",
     )
+    error: str | None = Field(
+        default=None,
+        description="for a run that failed: its error, as 'Type: message', on the checkpoint that ended it",
+    )
 
     @field_validator("values", mode="after")
     @classmethod
@@ -79,6 +83,7 @@ def new_checkpoint(
     safe: bool = True,
     unsafe_reason: str | None = None,
     rolled_back_from: str | None = None,
+    error: str | None = None,
     created_at: datetime | None = None,
 ) -> Checkpoint:
     """A checkpoint built without validation: the one constructor for the engine's writes and the savers' reads.
@@ -109,6 +114,7 @@ def new_checkpoint(
         safe=safe,
         unsafe_reason=unsafe_reason,
         rolled_back_from=rolled_back_from,
+        error=error,
     )
 
 

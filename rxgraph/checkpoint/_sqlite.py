@@ -60,7 +60,7 @@ _IN_CHUNK = 500  # ids per "IN (...)" query, well under SQLite's limit on bound 
 
 _COLUMNS = (
     "id, thread_id, seq, parent_id, node, next, run_id, source, created_at, safe, unsafe_reason, rolled_back_from, "
-    "manifest"
+    "manifest, error"
 )
 _SELECT_HEAD = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_HEAD_ID = "SELECT id, seq FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
@@ -69,7 +69,7 @@ _SELECT_PAGE = f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND seq 
 _SELECT_SAFE = (
     f"SELECT {_COLUMNS} FROM checkpoints WHERE thread_id = ? AND safe = 1 AND seq < ? ORDER BY seq DESC LIMIT 1"
 )
-_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({_COLUMNS}) VALUES ({', '.join('?' * _COLUMNS.count(','))}, ?)"
 # Walks a list back from its tail, at most `?` items; ordered oldest first. The depth bound also stops a damaged
 # (cyclic) chain.
 _WALK = """
@@ -460,8 +460,9 @@ class SqliteSaver(CheckpointSaver):
 
     def _decode(self, row: _Row, hint: _Entry | None) -> _Entry:
         cid, thread_id, seq, parent_id, node, next_json, run_id, source, created_at, safe, unsafe, rolled, manifest = (
-            row
+            row[:13]
         )
+        error = row[13]
         try:
             refs_json = parse_json_text(manifest)
             if type(refs_json) is not dict:
@@ -496,6 +497,7 @@ class SqliteSaver(CheckpointSaver):
                 safe=bool(safe),
                 unsafe_reason=unsafe,
                 rolled_back_from=rolled,
+                error=error,
             )
         except sqlite3.Error:
             raise  # a lock or I/O problem is not a damaged checkpoint: never let it be skipped as one
@@ -632,6 +634,7 @@ def _checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, _Ref]) -> tuple[A
         checkpoint.unsafe_reason,
         checkpoint.rolled_back_from,
         manifest,
+        checkpoint.error,
     )
 
 

@@ -13,13 +13,19 @@ __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "prepare"]
 FORMAT = "rxgraph.checkpoints"
 """The ``format`` row of the ``meta`` table: what marks a file as an rxgraph checkpoint database."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes."""
 
 Migration = Callable[[sqlite3.Connection], None]
 """Upgrades a database by one version, inside the transaction that opened it (it must not commit)."""
 
-MIGRATIONS: dict[int, Migration] = {}
+
+def _add_the_error_column(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: checkpoints record the error of a failed run (``Checkpoint.error``)."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN error TEXT")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _add_the_error_column}
 """Version ``v`` -> the migration from ``v`` to ``v + 1``. Opening an older file runs them in order."""
 
 # Why each piece is there:
@@ -46,6 +52,7 @@ _SCHEMA = (
         unsafe_reason TEXT,
         rolled_back_from TEXT,
         manifest TEXT NOT NULL,
+        error TEXT,
         PRIMARY KEY (thread_id, seq)
     ) WITHOUT ROWID""",
     "CREATE INDEX checkpoints_safe ON checkpoints (thread_id, safe, seq)",

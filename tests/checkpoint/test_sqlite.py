@@ -24,6 +24,7 @@ from rxgraph import Checkpoint, CheckpointConflictError, FrozenList, RunnableCon
 from rxgraph._frozen import freeze
 from rxgraph.checkpoint import Serde, SqliteSaver
 from rxgraph.checkpoint._base import new_checkpoint
+from rxgraph.checkpoint._sqlite_schema import MIGRATIONS
 from rxgraph.errors import (
     CheckpointDecodeError,
     IncompatibleDatabaseError,
@@ -187,7 +188,7 @@ def test_a_locked_new_file_makes_opening_raise_with_the_same_note(db: Path) -> N
             SqliteSaver(db, timeout=0.05)
         other.execute("ROLLBACK")
     with SqliteSaver(db) as saver:
-        assert saver.schema_version == 1
+        assert saver.schema_version == 2
 
 
 # -- incremental storage -------------------------------------------------------------------------------------------
@@ -324,12 +325,12 @@ def test_an_unregistered_value_is_refused_and_nothing_is_written(saver: SqliteSa
 
 
 def test_the_file_is_in_wal_mode_and_records_its_schema_version(saver: SqliteSaver, db: Path) -> None:
-    assert saver.schema_version == 1
+    assert saver.schema_version == 2
     with _raw(db) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert dict(raw.execute("SELECT key, value FROM meta")) == {
             "format": "rxgraph.checkpoints",
-            "schema_version": "1",
+            "schema_version": "2",
         }
         indexes = {
             row[0] for row in raw.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
@@ -374,9 +375,35 @@ def test_a_newer_schema_version_is_refused(db: Path) -> None:
     assert caught.value.path == str(db)
 
 
+def _as_version_1(db: Path) -> None:
+    """Turn a file this code wrote into one a version-1 rxgraph wrote (no error column)."""
+    with _raw(db) as raw:
+        raw.execute("ALTER TABLE checkpoints DROP COLUMN error")
+        raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+
+def test_a_version_1_file_gains_the_error_column_and_reads_back_as_it_was(db: Path) -> None:
+    with SqliteSaver(db) as saver:
+        written = _seed(saver, "t", 4)
+    _as_version_1(db)
+    with SqliteSaver(db) as migrated:
+        assert migrated.schema_version == 2
+        head = migrated.get("t")
+        assert head is not None and head.values == written.values and head.error is None
+        failed = Checkpoint(
+            id="f", thread_id="t", seq=head.seq + 1, parent_id=head.id, values=head.values, run_id="r",
+            source="error", error="ValueError: the model is down",
+        )  # fmt: skip
+        migrated.put(failed, expected_head=head.id)
+    with SqliteSaver(db) as reopened:
+        back = reopened.get("t")
+        assert back is not None and back.source == "error" and back.error == "ValueError: the model is down"
+
+
 def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
     with SqliteSaver(db) as saver:
         _seed(saver, "t", 4)
+    _as_version_1(db)
     with _raw(db) as raw:
         raw.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     with pytest.raises(IncompatibleDatabaseError, match="no migration from version 0") as caught:
@@ -396,14 +423,16 @@ def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
         ran.append(0)
         conn.execute("CREATE TABLE added_by_migration (x)")
 
+    migrations = {**MIGRATIONS, 0: v0_to_v1}
+
     with _raw(db) as raw:  # the failed migration was rolled back entirely
         assert raw.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "0"
         assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'added_by_migration'").fetchone()[0] == 0
-    with SqliteSaver(db, migrations={0: v0_to_v1}) as migrated:
-        assert migrated.schema_version == 1 and ran == [0]
+    with SqliteSaver(db, migrations=migrations) as migrated:
+        assert migrated.schema_version == 2 and ran == [0]
         head = migrated.get("t")
         assert head is not None and len(head.values["messages"]) == 4
-    with SqliteSaver(db, migrations={0: v0_to_v1}):
+    with SqliteSaver(db, migrations=migrations):
         assert ran == [0]
 
 
