@@ -21,6 +21,7 @@
     └── CheckpointError                        about stored checkpoints                          .thread_id
         ├── CheckpointConflictError                another writer moved the head        .expected_head .actual_head
         ├── CheckpointNotFoundError (LookupError)  no such checkpoint in the thread      .checkpoint_id
+        ├── ThreadNotFoundError (LookupError)      no such thread (a resume needs one)
         ├── InvalidCheckpointError (ValueError)    a put the contract refuses (seq, duplicate id)  .checkpoint_id
         ├── CheckpointDecodeError                  a stored checkpoint cannot be read    .checkpoint_id
         ├── SerializationError (TypeError)         a value cannot be stored exactly      .key .value_type
@@ -62,6 +63,7 @@ __all__ = [
     "SaverTimeoutError",
     "SerializationError",
     "ThreadBusyError",
+    "ThreadNotFoundError",
     "ToolInputError",
     "UnsafeHistoryError",
 ]
@@ -261,6 +263,14 @@ class CheckpointNotFoundError(CheckpointError, LookupError):
     def __init__(self, message: str, *, thread_id: str, checkpoint_id: str) -> None:
         super().__init__(message, thread_id=thread_id)
         self.checkpoint_id = checkpoint_id
+
+
+class ThreadNotFoundError(CheckpointError, LookupError):
+    """The thread has no checkpoint, and the call needs one: ``stream(None, config)`` resumes a thread's run, so
+    there must be a thread to resume. ``thread_id`` is the thread."""
+
+    def __init__(self, message: str, *, thread_id: str) -> None:
+        super().__init__(message, thread_id=thread_id)
 
 
 class InvalidCheckpointError(CheckpointError, ValueError):

@@ -29,7 +29,9 @@ from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 
 from rxgraph import END, START, CheckpointConflictError, CompiledGraph, GraphRecursionError, NodeOutput, StreamingOutput
 from rxgraph.graph._choose_base import choose_base
+from rxgraph.graph._run_info import RunInfo
 from rxgraph.graph._writer import ThreadWriter
+from rxgraph.rx._awaitable import background_loop
 
 __all__ = ["reference_stream"]
 
@@ -46,6 +48,10 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
+        failed_node: list[str | None] = [None]
+        info = RunInfo(
+            thread_id=config.thread_id, run_id=writer.run_id, context=config.context, loop_of=background_loop
+        )
 
         def start(_: abc.SchedulerBase | None) -> Observable[NodeOutput]:
             base = None
@@ -78,7 +84,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def step(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
             node = spec.nodes[name]
             view = MappingProxyType(state)
-            result = node.call(view, run_config)
+            failed_node[0] = name
+            result = node.call(view, run_config, info)
             chunks: list[Any] = []
             updates: Callable[[], Sequence[Any]]
             if result is None or isinstance(result, Mapping):
@@ -86,7 +93,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 updates = lambda: (result,)  # noqa: E731
             elif isinstance(result, abc.ObservableBase):
                 stream = on_run_scheduler(result)
-                updates = lambda: node.updates_from_chunks(chunks)  # noqa: E731
+                updates = lambda: node.updates_from_chunks(chunks, view)  # noqa: E731
             else:
                 return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
             forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, view, c)))
@@ -117,6 +124,19 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def mark_terminated(*_: Any) -> None:
             terminated[0] = True
 
+        def record_failure(error: Exception) -> None:
+            # As the runner does: stop writing, then rewind or keep-and-record, as on_error says.
+            terminated[0] = True
+            writer.mark_cancelled()
+            if not writer.started:
+                return
+            text = f"{type(error).__name__}: {error}"
+            with contextlib.suppress(CheckpointConflictError):
+                if spec.policy.on_error == "rewind":
+                    writer.rewind(error=text)
+                else:
+                    writer.record_error(text, next_nodes=(failed_node[0],) if failed_node[0] else ())
+
         def rewind_if_cut() -> None:
             if terminated[0] or spec.policy.on_cancel == "keep":
                 writer.close()
@@ -136,7 +156,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             scheduled = (run_scheduler or trampoline).schedule(lambda *_: trampoline.schedule(inside))
             return CompositeDisposable(scheduled, held)
 
-        run = Observable(start_later).pipe(ops.do_action(on_error=mark_terminated, on_completed=mark_terminated))
+        run = Observable(start_later).pipe(ops.do_action(on_error=record_failure, on_completed=mark_terminated))
         return _flag_before_dispose(run, writer).pipe(ops.finally_action(rewind_if_cut))
 
     # Not rx.defer: it hands its factory an ImmediateScheduler when the subscriber gave none, and "none" matters.

@@ -15,7 +15,14 @@ from ..checkpoint._base import CheckpointSaver
 from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
 from ..graph._builder import StateGraph
 from ..graph._compiled import CompiledGraph
-from ..graph._config import CancelPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
+from ..graph._config import (
+    CancelPolicy,
+    ErrorPolicy,
+    MultitaskPolicy,
+    RunnableConfig,
+    TurnPolicy,
+    UnsafeHeadPolicy,
+)
 from ..graph._constants import END, START
 from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._state import KeyStrategy
@@ -57,6 +64,7 @@ class ReactAgent:
         on_cancel: CancelPolicy | None = None,
         on_unsafe_head: UnsafeHeadPolicy | None = None,
         multitask: MultitaskPolicy | None = None,
+        on_error: ErrorPolicy | None = None,
     ) -> None:
         """Build the agent and compile its graph.
 
@@ -66,11 +74,12 @@ class ReactAgent:
             checkpointer: where the thread's turns are stored; without one, a turn sees only its own input.
             system_prompt: sent first in every request to the model; never stored in the history.
             max_iterations: model calls per turn; the last one is offered no tools.
-            policy: how turns begin and end (``TurnPolicy``; its defaults when None); the three keywords below
-                override single fields of it, as ``StateGraph.compile`` does.
+            policy: how turns begin and end (``TurnPolicy``; when None, its defaults but ``on_error="rewind"``:
+                a failed turn is undone like a cancelled one); the keywords below override single fields of it.
             on_cancel: what a cancelled turn leaves behind.
             on_unsafe_head: where a turn starts when the thread's head cannot take a user message.
             multitask: what a turn does when another one holds the thread.
+            on_error: what a failed turn leaves behind (``"rewind"`` unless ``policy`` says otherwise).
 
         Raises:
             InvalidTypeError: ``model`` has no ``stream`` method, or a function's signature cannot be described
@@ -109,10 +118,11 @@ class ReactAgent:
             .add_edge("tools", "model")
             .compile(
                 checkpointer=checkpointer,
-                policy=policy,
+                policy=policy or TurnPolicy(on_error="rewind"),
                 on_cancel=on_cancel,
                 on_unsafe_head=on_unsafe_head,
                 multitask=multitask,
+                on_error=on_error,
             )
         )
 

@@ -3,9 +3,10 @@
 from .._frozen import FrozenDict, FrozenList
 from ._builder import StateGraph
 from ._compiled import CompiledGraph
-from ._config import CancelPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
+from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, START
 from ._outputs import NodeOutput, RunOutput, StateSnapshot, StreamingOutput
+from ._run_info import RunInfo
 from ._state import KeyStrategy
 
 __all__ = [
@@ -13,11 +14,13 @@ __all__ = [
     "START",
     "CancelPolicy",
     "CompiledGraph",
+    "ErrorPolicy",
     "FrozenDict",
     "FrozenList",
     "KeyStrategy",
     "MultitaskPolicy",
     "NodeOutput",
+    "RunInfo",
     "RunOutput",
     "RunnableConfig",
     "StateGraph",

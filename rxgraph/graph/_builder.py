@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Self
+
+from reactivex import abc
 
 from ..checkpoint._base import CheckpointSaver
 from ..errors import GraphValidationError, InvalidArgumentError, InvalidTypeError
 from ._compiled import CompiledGraph
-from ._config import CancelPolicy, MultitaskPolicy, TurnPolicy, UnsafeHeadPolicy
+from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, RESERVED_NAMES, START
 from ._edges import Branch, Route
 from ._node import NodeAction, NodeSpec, Reducer
@@ -39,18 +42,30 @@ class StateGraph:
         self._edges: list[tuple[str, str]] = []
         self._conditional: list[Branch] = []
 
-    def add_node(self, name: str, action: NodeAction, *, reduce: Reducer | None = None) -> Self:
+    def add_node(
+        self,
+        name: str,
+        action: NodeAction,
+        *,
+        reduce: Reducer | None = None,
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> Self:
         """Add a node.
 
         ``action(state)`` or ``action(state, config)`` returns the node's update (a mapping, or None for no change) or
         an Observable of chunks. Chunks reach the subscriber as ``StreamingOutput`` while the node runs; when the
-        stream completes, ``reduce(chunks)`` gives the update. Without ``reduce``, each chunk must be a mapping and
-        is merged as an update in turn.
+        stream completes, ``reduce(chunks)`` (or ``reduce(chunks, state)``) gives the update. Without ``reduce``,
+        each chunk must be a mapping and is merged as an update in turn. An ``async def`` action is awaited on the
+        run's event loop (see ``RunInfo.loop``); disposing the run cancels it. An action that declares a parameter
+        annotated ``RunInfo`` receives the run's (its thread, id, ``context``, and the ``cancelled`` event).
 
         Args:
             name: a name no other node has (not ``START`` or ``END``).
             action: the node's function.
             reduce: turns a streaming node's chunks into its update.
+            scheduler: where to call the action — a ``ThreadPoolScheduler`` for blocking work (an HTTP call, a
+                database query), so that it never runs on the thread that delivers the run's events (an asyncio
+                loop, say). Default: the graph's ``node_scheduler`` (``compile``), else the run's own flow.
 
         Returns:
             This graph.
@@ -67,7 +82,7 @@ class StateGraph:
             )
         if name in self._nodes:
             raise GraphValidationError(f"a node named {name!r} already exists; node names must be unique", node=name)
-        self._nodes[name] = NodeSpec.of(name, action, reduce)
+        self._nodes[name] = NodeSpec.of(name, action, reduce, scheduler)
         return self
 
     def add_edge(self, source: str, target: str) -> Self:
@@ -125,7 +140,9 @@ class StateGraph:
         on_unsafe_head: UnsafeHeadPolicy | None = None,
         on_cancel: CancelPolicy | None = None,
         multitask: MultitaskPolicy | None = None,
+        on_error: ErrorPolicy | None = None,
         messages_key: str | None = "messages",
+        node_scheduler: abc.SchedulerBase | None = None,
     ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
 
@@ -138,7 +155,9 @@ class StateGraph:
             multitask: ``"enqueue"`` (default), ``"reject"`` or ``"interrupt"`` — what a run does when another run
                 holds its thread (one run per thread at a time, among the graphs sharing this checkpointer in this
                 process); ``RunnableConfig(multitask=...)`` overrides it per run.
+            on_error: ``"keep"`` (default) or ``"rewind"`` — what a failed run leaves behind (see ``TurnPolicy``).
             messages_key: the state key holding the chat history the safety rules apply to (None: no rules).
+            node_scheduler: where to call every node that has no ``scheduler`` of its own (see ``add_node``).
 
         Returns:
             The compiled graph.
@@ -157,12 +176,23 @@ class StateGraph:
             raise InvalidArgumentError(
                 f"messages_key must be a non-empty string or None, got {messages_key!r}", argument="messages_key"
             )
+        if node_scheduler is not None and not isinstance(node_scheduler, abc.SchedulerBase):
+            raise InvalidTypeError(
+                f"node_scheduler must be a reactivex scheduler, got {type(node_scheduler).__name__}",
+                argument="node_scheduler",
+            )
         turns = (policy or TurnPolicy()).with_overrides(
-            on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask
+            on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask, on_error=on_error
         )
+        nodes = {
+            name: node
+            if node.scheduler is not None or node_scheduler is None
+            else replace(node, scheduler=node_scheduler)
+            for name, node in self._nodes.items()
+        }
         spec = GraphSpec(
             schema=self._schema,
-            nodes=MappingProxyType(dict(self._nodes)),
+            nodes=MappingProxyType(nodes),
             branches=MappingProxyType(self._validate()),
             checkpointer=checkpointer,
             policy=turns,

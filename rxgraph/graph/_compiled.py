@@ -27,6 +27,7 @@ from ..errors import (
     InvalidTypeError,
 )
 from ..rx import do_finally, do_on_cancel
+from ..rx._awaitable import loop_of_scheduler
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
@@ -114,7 +115,8 @@ class CompiledGraph:
             errors.append(error)
             done.set()
 
-        self._stream(input, config, final.append).subscribe(on_error=_on_error, on_completed=done.set)
+        # invoke() blocks this thread: coroutines of the run must not be awaited on a loop running here.
+        self._stream(input, config, final.append, await_here=False).subscribe(on_error=_on_error, on_completed=done.set)
         scheduler = config.scheduler
         if not done.is_set() and isinstance(scheduler, VirtualTimeScheduler):
             VirtualTimeScheduler.start(scheduler)
@@ -133,6 +135,8 @@ class CompiledGraph:
         input: Mapping[str, Any] | None,
         config: RunnableConfig | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None,
+        *,
+        await_here: bool = True,
     ) -> Observable[RunOutput]:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
@@ -147,7 +151,7 @@ class CompiledGraph:
             run_config = config
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
-            run = Run(spec, frozen_input, run_config, on_final_state)
+            run = Run(spec, frozen_input, run_config, on_final_state, _running_loop() if await_here else None)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
             pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))
@@ -305,17 +309,18 @@ class _UpdateHolder:
         pass
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread, if any: a run subscribed from a coroutine awaits its own there."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:
     """``invoke`` blocks its thread until the run ends: on the loop its run is scheduled on, it would wait forever."""
-    # AsyncIOScheduler and AsyncIOThreadSafeScheduler keep their loop in `_loop` (tests/rx/test_reactivex_contract.py).
-    loop = getattr(scheduler, "_loop", None)
-    if not isinstance(loop, asyncio.AbstractEventLoop):
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    if running is loop:
+    loop = loop_of_scheduler(scheduler)
+    if loop is not None and _running_loop() is loop:
         raise DeadlockError(
             "invoke() was called on the event loop that its run's scheduler runs on: it would block the loop while "
             "waiting for a run that needs that loop to make progress. Subscribe to stream() from the coroutine "

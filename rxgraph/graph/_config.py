@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -10,7 +12,7 @@ from reactivex import abc
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["CancelPolicy", "MultitaskPolicy", "RunnableConfig", "TurnPolicy", "UnsafeHeadPolicy"]
+__all__ = ["CancelPolicy", "ErrorPolicy", "MultitaskPolicy", "RunnableConfig", "TurnPolicy", "UnsafeHeadPolicy"]
 
 UnsafeHeadPolicy = Literal["rollback", "error", "ignore"]
 """What a run with new input does when the thread's head cannot take a new user message: start from the newest safe
@@ -22,6 +24,11 @@ CancelPolicy = Literal["rewind", "keep"]
 MultitaskPolicy = Literal["enqueue", "reject", "interrupt"]
 """What a run does when another run holds its thread: wait for it to end, fail with ``ThreadBusyError``, or cancel
 it (it is rewound) and start once it has ended. A run that is only finishing its rewind is always waited for."""
+
+ErrorPolicy = Literal["keep", "rewind"]
+"""What a failed run leaves behind: what it had written, so a workflow can resume from the failed node (``"keep"``),
+or the thread rewound to its state before the run, so a failed turn is as atomic as a cancelled one (``"rewind"``).
+Either way the error reaches the subscriber and the history records it (``Checkpoint.error``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,7 @@ class TurnPolicy:
       ``take_until``, ``timeout``, a failing subscriber, an interrupt): ``"rewind"`` writes a new head equal to the
       state before the run, so the turn is as if it never happened; ``"keep"`` leaves what the run had written.
     - ``multitask`` (``"enqueue"``): what a run does when another run holds its thread, see ``MultitaskPolicy``.
+    - ``on_error`` (``"keep"``; an agent's is ``"rewind"``): what a failed run leaves behind, see ``ErrorPolicy``.
 
     Raises:
         InvalidArgumentError: a policy that is not one of its choices.
@@ -44,12 +52,14 @@ class TurnPolicy:
     on_unsafe_head: UnsafeHeadPolicy = "rollback"
     on_cancel: CancelPolicy = "rewind"
     multitask: MultitaskPolicy = "enqueue"
+    on_error: ErrorPolicy = "keep"
 
     def __post_init__(self) -> None:
         for name, allowed in (
             ("on_unsafe_head", UnsafeHeadPolicy),
             ("on_cancel", CancelPolicy),
             ("multitask", MultitaskPolicy),
+            ("on_error", ErrorPolicy),
         ):
             choices = get_args(allowed)
             value = getattr(self, name)
@@ -63,12 +73,14 @@ class TurnPolicy:
         on_unsafe_head: UnsafeHeadPolicy | None = None,
         on_cancel: CancelPolicy | None = None,
         multitask: MultitaskPolicy | None = None,
+        on_error: ErrorPolicy | None = None,
     ) -> TurnPolicy:
         """This policy with the given fields replaced (``None`` keeps a field)."""
         return TurnPolicy(
             on_unsafe_head=self.on_unsafe_head if on_unsafe_head is None else on_unsafe_head,
             on_cancel=self.on_cancel if on_cancel is None else on_cancel,
             multitask=self.multitask if multitask is None else multitask,
+            on_error=self.on_error if on_error is None else on_error,
         )
 
 
@@ -83,6 +95,9 @@ class RunnableConfig(BaseModel):
     - ``recursion_limit``: the most node executions one run may take before it fails with ``GraphRecursionError``.
     - ``multitask``: what this run does when another run holds its thread (``"enqueue"``, ``"reject"`` or
       ``"interrupt"``, see ``MultitaskPolicy``); ``None`` takes the graph's policy (``compile(multitask=...)``).
+    - ``context``: whatever this run's nodes and tools need that is not state — the user's id, a token, a client
+      (a read-only mapping). Never stored in a checkpoint. Nodes read it as ``config.context``, nodes and tools as
+      ``run.context`` of the ``RunInfo`` they declare.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -92,6 +107,12 @@ class RunnableConfig(BaseModel):
     scheduler: abc.SchedulerBase | None = None
     recursion_limit: int = Field(default=25, ge=1)
     multitask: MultitaskPolicy | None = None
+    context: Mapping[str, Any] = Field(default_factory=lambda: MappingProxyType({}))
+
+    @field_validator("context", mode="after")
+    @classmethod
+    def _read_only(cls, context: Mapping[str, Any]) -> Mapping[str, Any]:
+        return context if isinstance(context, MappingProxyType) else MappingProxyType(dict(context))
 
     @field_validator("thread_id", "checkpoint_id")
     @classmethod
@@ -101,5 +122,11 @@ class RunnableConfig(BaseModel):
         return value
 
     def __repr_args__(self) -> Any:
-        # Leave unset optional fields out of the repr: configs show up in error messages and logs.
-        return [(k, v) for k, v in super().__repr_args__() if v is not None or k == "thread_id"]
+        # Configs show up in error messages and logs: leave unset fields out, and show the context's keys only (it
+        # may hold tokens).
+        for key, value in super().__repr_args__():
+            if key == "context":
+                if value:
+                    yield key, f"<keys {sorted(value)}>"
+            elif value is not None or key == "thread_id":
+                yield key, value

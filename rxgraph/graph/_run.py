@@ -36,32 +36,38 @@ looping ten thousand times uses a constant amount of stack.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from reactivex import abc
-from reactivex.disposable import Disposable, SerialDisposable
+from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 from reactivex.scheduler import CurrentThreadScheduler
 
 from .._log import log
 from ..errors import (
     CheckpointConflictError,
     GraphRecursionError,
+    InvalidArgumentError,
     InvalidTypeError,
     InvalidUpdateError,
     RunInterruptedError,
     ThreadBusyError,
+    ThreadNotFoundError,
 )
 from ..rx import SignalType
+from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler
 from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import END, START
 from ._node import NodeSpec
 from ._outputs import NodeOutput, RunOutput, StreamingOutput
+from ._run_info import RunInfo
 from ._slots import RunSlots, slots_for
 from ._spec import GraphSpec
 from ._writer import ThreadWriter
@@ -96,6 +102,7 @@ class _Step:
         "run",
         "state_view",
         "stopped",
+        "updates",
     )
 
     def __init__(self, run: Run, node: NodeSpec, state_view: Mapping[str, Any]) -> None:
@@ -112,6 +119,7 @@ class _Step:
         self.stopped = False
         self.busy = False  # a chunk is being handed to the subscriber right now (see Run.interrupt)
         self.pending = False  # an interrupt left its error for this emitter to deliver
+        self.updates: tuple[Mapping[str, Any] | None, ...] | None = None  # a late result that was an update
 
     def on_next(self, value: Any) -> None:
         # `busy` is set before `stopped` is read and cleared before `pending` is read: see Run.interrupt.
@@ -143,6 +151,73 @@ class _Step:
             self.run.step_completed(self)
 
 
+class _Late:
+    """The result of a node that comes later than its call: an action called on the node's own scheduler, or an
+    ``async def`` action awaited on the run's loop. An update goes to the step's tail; an Observable's chunks go
+    through the step as any node's; an awaitable is awaited first."""
+
+    __slots__ = ("inner", "run", "step", "streaming")
+
+    def __init__(self, run: Run, step: _Step) -> None:
+        self.run = run
+        self.step = step
+        self.inner = SerialDisposable()  # the chunk stream or the awaited coroutine the result turned out to be
+        self.streaming = False
+
+    def on_next(self, result: Any) -> None:
+        step, run = self.step, self.run
+        if step.stopped:
+            return
+        if result is None or isinstance(result, Mapping):
+            step.updates = (result,)
+        elif isinstance(result, abc.ObservableBase):
+            self.streaming = True
+            self.inner.disposable = subscribe_source(
+                result, step.on_next, step.on_error, step.on_completed, run.scheduler
+            )
+        elif inspect.isawaitable(result):
+            self.streaming = True  # its own completion ends the step
+            late = _Late(run, step)
+            self.inner.disposable = CompositeDisposable(
+                subscribe_source(
+                    from_awaitable(result, run.info.loop), late.on_next, step.on_error, late.on_completed, None
+                ),
+                late.inner,
+            )
+        else:
+            step.on_error(_not_a_result(step.node.name, result))
+
+    def on_completed(self) -> None:
+        if not self.streaming:
+            self.step.on_completed()
+
+
+def _not_a_result(name: str, result: object) -> InvalidUpdateError:
+    return InvalidUpdateError(
+        f"node {name!r} returned a {type(result).__name__}; an action returns a mapping (the update), None, an "
+        "Observable of chunks, or (async def) a coroutine of one of those",
+        node=name,
+    )
+
+
+def _called_on(scheduler: abc.SchedulerBase, call: Callable[[], Any]) -> Observable[Any]:
+    """Call ``call`` in an action on ``scheduler``; emit what it returns (or fail with what it raises)."""
+
+    def _subscribe(observer: abc.ObserverBase[Any], _: abc.SchedulerBase | None = None) -> abc.DisposableBase:
+        def _action(*_: Any) -> None:
+            try:
+                result = call()
+            except Exception as error:
+                observer.on_error(error)
+                return
+            observer.on_next(result)
+            observer.on_completed()
+
+        return scheduler.schedule(_action)
+
+    return Observable(_subscribe)
+
+
 class Run:
     """One run of a compiled graph for one subscriber, from its subscription to its end. Created per subscription
     by ``CompiledGraph.stream``, which wires ``cancel`` with ``do_on_cancel`` and ``finished`` with ``do_finally``."""
@@ -159,6 +234,8 @@ class Run:
         "emitting",
         "ending",
         "ending_thread",
+        "failed_node",
+        "info",
         "input",
         "next_node",
         "observer",
@@ -178,15 +255,24 @@ class Run:
         input: Mapping[str, Any] | None,
         config: RunnableConfig,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """``config.scheduler`` is the run's scheduler (the caller put the subscriber's there when the config had
-        none); ``on_final_state`` is called with the final state right before ``on_completed``."""
+        none); ``on_final_state`` is called with the final state right before ``on_completed``; ``loop`` is the
+        event loop the run was subscribed from, if any (where its coroutines are awaited)."""
         self.spec = spec
         self.input = input
         self.config = config
         self.scheduler = config.scheduler
         self.on_final_state = on_final_state
         self.writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
+        self.info = RunInfo(
+            thread_id=config.thread_id,
+            run_id=self.writer.run_id,
+            context=config.context,
+            loop_of=lambda: loop or loop_of_scheduler(config.scheduler) or background_loop(),
+        )
+        self.failed_node: str | None = None  # the node a failure came from, if one
         self.observer: abc.ObserverBase[RunOutput] = _NO_OBSERVER
         self.disposed = False  # no step may start any more: cancelled, or the run ended
         self.state: dict[str, Any] = {}
@@ -273,6 +359,18 @@ class Run:
             base = choice.base
         state: dict[str, Any] = dict(base.values) if base is not None else {}
         if self.input is None:
+            if writer.saver is None:
+                raise InvalidArgumentError(
+                    "stream(None) resumes a thread's run from its checkpoint: the graph needs a checkpointer "
+                    "(compile(checkpointer=...)) and the config a thread",
+                    argument="input",
+                )
+            if base is None:
+                raise ThreadNotFoundError(
+                    f"thread {writer.thread_id!r} has no checkpoint, so there is no run to resume; start it with "
+                    "input (stream(input, config))",
+                    thread_id=writer.thread_id or "",
+                )
             # No input: continue where the base checkpoint said the run would go next (nothing left: done).
             self.state = state
             self.next_node = base.next[0] if base is not None and base.next else END
@@ -313,33 +411,46 @@ class Run:
                 return
             self.steps += 1
             node = nodes[name]
+            self.failed_node = name
             state_view = MappingProxyType(self.state)
-            try:
-                result = node.call(state_view, self.config)
-            except Exception as error:
-                self.fail(error)
-                return
-            if result is None or isinstance(result, Mapping):
-                # The zero-chunk case of the same step: straight to the tail.
-                if not self._tail(node, (result,)):
-                    return
-                continue
-            if not isinstance(result, abc.ObservableBase):
-                self.fail(
-                    InvalidUpdateError(
-                        f"node {name!r} returned a {type(result).__name__}; an action returns a mapping (the update), "
-                        "None, or an Observable of chunks",
-                        node=name,
-                    )
+            if node.scheduler is not None:
+                # Blocking work: the action is called on the node's scheduler, and its result comes back later.
+                result: Any = _called_on(
+                    node.scheduler, functools.partial(node.call, state_view, self.config, self.info)
                 )
-                return
+                late = True
+            else:
+                try:
+                    result = node.call(state_view, self.config, self.info)
+                except Exception as error:
+                    self.fail(error)
+                    return
+                if result is None or isinstance(result, Mapping):
+                    # The zero-chunk case of the same step: straight to the tail.
+                    if not self._tail(node, (result,)):
+                        return
+                    continue
+                # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
+                late = not isinstance(result, abc.ObservableBase)
+                if late and inspect.isawaitable(result):
+                    result = from_awaitable(result, self.info.loop)
+                elif late:
+                    self.fail(_not_a_result(name, result))
+                    return
             step = self.step = _Step(self, node, state_view)
             if self.disposed:
                 return  # cancelled while the action ran; cancel() may have missed this step, so do not start it
             # An error while subscribing reaches step.on_error (so the run fails) and the loop stops below.
-            self.current.disposable = subscribe_source(
-                result, step.on_next, step.on_error, step.on_completed, self.scheduler
-            )
+            if late:
+                resolver = _Late(self, step)
+                self.current.disposable = CompositeDisposable(
+                    subscribe_source(result, resolver.on_next, step.on_error, resolver.on_completed, None),
+                    resolver.inner,
+                )
+            else:
+                self.current.disposable = subscribe_source(
+                    result, step.on_next, step.on_error, step.on_completed, self.scheduler
+                )
             with step.lock:
                 if step.phase != _COMPLETED_WHILE_SUBSCRIBING:
                     step.phase = _WAITING
@@ -380,7 +491,11 @@ class Run:
         if self.disposed:  # the tail is subscribed only while the run is
             return False
         try:
-            updates = step.node.updates_from_chunks(step.chunks)
+            updates = (
+                step.updates
+                if step.updates is not None
+                else step.node.updates_from_chunks(step.chunks, step.state_view)
+            )
         except Exception as error:
             self.fail(error)
             return False
@@ -447,17 +562,23 @@ class Run:
         self.observer.on_completed()
 
     def fail(self, error: Exception) -> None:
-        """A node, the tail or the base read failed: end the run with ``error``."""
+        """A node, the tail or the base read failed: end the run with ``error``, after the error policy's cleanup."""
         self.disposed = True
         if not self._claim_end():
             return
-        self._release()
+        self.ending_thread = threading.get_ident()
+        self.ending = True
+        try:
+            self._record_failure(error)
+        finally:
+            self._release()
         self.observer.on_error(error)
 
     def cancel(self) -> None:
         """The subscriber is going away (wired with ``do_on_cancel``, before the upstream is disposed): from now
         on no step starts, no chunk is forwarded and no write lands."""
         self.writer.mark_cancelled()
+        self.info.cancelled.set()
         self.disposed = True
         step = self.step
         if step is not None:
@@ -530,6 +651,38 @@ class Run:
             self._undo()
         finally:
             self._release()
+
+    def _record_failure(self, error: Exception) -> None:
+        """A failed run stops where it is (nothing more of it lands), then, as ``on_error`` says, rewinds the thread
+        or keeps what it wrote — recording the error in the history either way."""
+        writer = self.writer
+        writer.mark_cancelled()
+        self.info.cancelled.set()
+        step = self.step
+        if step is not None:
+            step.stopped = True
+        self.current.dispose()  # a stream still running (the failure came from the tail, say) stops too
+        if not writer.started:
+            return  # it failed before it read the thread: nothing to undo or to record
+        text = f"{type(error).__name__}: {error}"
+        try:
+            if self.spec.policy.on_error == "rewind":
+                writer.rewind(error=text)
+            else:
+                failed = self.failed_node
+                writer.record_error(text, next_nodes=(failed,) if failed is not None else ())
+        except CheckpointConflictError as conflict:
+            log.info(
+                "thread %r: run %s failed (%s); another writer moved the head to %s since, which stays",
+                writer.thread_id,
+                writer.run_id,
+                text,
+                conflict.actual_head,
+            )
+        except Exception:
+            log.exception(
+                "thread %r: run %s failed (%s) and recording that failed", writer.thread_id, writer.run_id, text
+            )
 
     def _undo(self) -> None:
         """Put the thread back as the cancel policy says; runs after the whole upstream was torn down."""

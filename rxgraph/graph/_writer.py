@@ -113,11 +113,13 @@ class ThreadWriter:
                 rolled_back_from=self._rolled_back_from if not self.wrote else None,
             )
 
-    def rewind(self) -> Checkpoint | None:
-        """After a cancel: put the thread back to its state before the run, as the run's last writer.
+    def rewind(self, *, error: str | None = None) -> Checkpoint | None:
+        """After a cancel (or a failure, whose ``error`` it records): put the thread back to its state before the
+        run, as the run's last writer.
 
         Writes a *new* head (source ``rewind``) whose values are the rewind target's — the same objects, so a saver
-        stores it in O(keys) — or an empty state for a first-ever turn. Returns None when there is nothing to undo.
+        stores it in O(keys) — or an empty state for a first-ever turn. Returns None when there is nothing to undo
+        and no error to record.
 
         Raises:
             CheckpointConflictError: another writer moved the head since this run's last write; the newer head
@@ -127,7 +129,7 @@ class ThreadWriter:
             if self.saver is None or not self.started:
                 return None
             target = self._rewind_to
-            if not self.wrote and (target.id if target is not None else None) == self._start_id:
+            if error is None and not self.wrote and (target.id if target is not None else None) == self._start_id:
                 return None  # the run wrote nothing and the head already is the pre-turn state
             return self._write(
                 target.values if target is not None else _EMPTY,
@@ -138,6 +140,30 @@ class ThreadWriter:
                 safe=target.safe if target is not None else True,
                 unsafe_reason=target.unsafe_reason if target is not None else None,
                 rolled_back_from=None,
+                error=error,
+            )
+
+    def record_error(self, error: str, *, next_nodes: tuple[str, ...]) -> Checkpoint | None:
+        """After a failure that keeps what the run wrote: a new head with the same state (source ``error``) that
+        records ``error`` and sends a resume (``stream(None, ...)``) to ``next_nodes`` — the failed node.
+
+        Raises:
+            CheckpointConflictError: another writer moved the head since this run's last write.
+        """
+        with self._lock:
+            head = self.head
+            if self.saver is None or not self.started or head is None:
+                return None
+            return self._write(
+                head.values,
+                node=None,
+                next_nodes=next_nodes,
+                source="error",
+                parent_id=head.id,
+                safe=head.safe,
+                unsafe_reason=head.unsafe_reason,
+                rolled_back_from=None,
+                error=error,
             )
 
     def close(self) -> None:
@@ -156,6 +182,7 @@ class ThreadWriter:
         safe: bool,
         unsafe_reason: str | None,
         rolled_back_from: str | None,
+        error: str | None = None,
     ) -> Checkpoint:
         """The compare-and-set every write goes through (the caller holds the lock)."""
         saver, thread_id, head = self.saver, self.thread_id, self.head
@@ -173,6 +200,7 @@ class ThreadWriter:
             safe=safe,
             unsafe_reason=unsafe_reason,
             rolled_back_from=rolled_back_from,
+            error=error,
         )
         saver.put(checkpoint, expected_head=head.id if head is not None else None)
         self.head = checkpoint

@@ -84,7 +84,12 @@ def test_completion_and_error_do_not_rewind(saver_factory: Callable[[], Checkpoi
     )
     with pytest.raises(RuntimeError):
         failing.invoke({"log": "err"}, config)
-    assert saver.get("t") is not None and saver.get("t").node == "__start__"  # type: ignore[union-attr]
+    # on_error="keep" (a graph's default): no rewind; the failure is recorded on a checkpoint of the same state,
+    # which sends a resume back to the failed node.
+    head = saver.get("t")
+    assert head is not None and head.source == "error" and head.error == "RuntimeError: boom"
+    assert head.next == ("broken",) and list(head.values["log"])[-1] == "err"
+    assert all(c.source != "rewind" for c in saver.list("t"))
 
 
 def test_dispose_after_completion_keeps_the_turn(saver_factory: Callable[[], CheckpointSaver]) -> None:

@@ -92,7 +92,10 @@ def test_unsafe_checkpoints_stay_in_the_history(saver_factory: Callable[[], Chec
     after = chat.graph.get_state_history(CONFIG)
     assert [s.checkpoint_id for s in after][-len(before) :] == before
     unsafe = [s.checkpoint for s in after if s.checkpoint is not None and not s.checkpoint.safe]
-    assert [c.node for c in unsafe] == ["tools", "model"]
+    # newest first: the failure's record (the same unsafe state, with the error), then the tools and model steps
+    assert [(c.node, c.source) for c in unsafe] == [(None, "error"), ("tools", "loop"), ("model", "loop")]
+    assert unsafe[0].error == "RuntimeError: model is down"
+    unsafe = unsafe[1:]
     assert "call ids ['c1']" in (unsafe[1].unsafe_reason or "")
     assert "ends with a tool message" in (unsafe[0].unsafe_reason or "")
 

@@ -96,7 +96,7 @@ def test_a_mapping_node_and_a_streaming_node_go_through_the_same_tail() -> None:
     assert [written[o.checkpoint_id].node for o in finals if o.checkpoint_id] == ["plain", "streamed"]
 
 
-def test_an_error_in_the_chunk_stream_reaches_the_subscriber_and_writes_nothing_for_the_node() -> None:
+def test_an_error_in_the_chunk_stream_reaches_the_subscriber_and_writes_nothing_for_the_node_but_the_error() -> None:
     saver = MemorySaver()
     app = (
         StateGraph()
@@ -107,7 +107,8 @@ def test_an_error_in_the_chunk_stream_reaches_the_subscriber_and_writes_nothing_
     )
     with pytest.raises(ValueError, match="model broke"):
         app.invoke({}, RunnableConfig(thread_id="t"))
-    assert [c.node for c in saver.list("t")] == ["__start__"]
+    assert [(c.node, c.source) for c in reversed(saver.list("t"))] == [("__start__", "input"), (None, "error")]
+    assert saver.get("t").values == {}  # type: ignore[union-attr]  # nothing of the node's chunks
 
 
 def test_an_action_returning_something_else_is_a_clear_error() -> None:
