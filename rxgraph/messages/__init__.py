@@ -10,6 +10,7 @@ from rxgraph.messages._rules import (
     check_request,
     is_ready_for_user_input,
     readiness_violations,
+    request_violations,
     sequence_violations,
 )
 from rxgraph.messages._types import (
@@ -34,6 +35,7 @@ __all__ = [
     "from_openai",
     "is_ready_for_user_input",
     "readiness_violations",
+    "request_violations",
     "sequence_violations",
     "to_openai",
 ]

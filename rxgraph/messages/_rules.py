@@ -7,9 +7,14 @@
 3. Once all calls of an assistant message are answered, the next message, if any, is an assistant message.
 4. The history does not end with pending tool calls or with a tool message.
 
-Rules 1-3 describe a valid request body. They are checked only on what is present, so a list that ends with
-calls still pending, or with the tool responses, satisfies them: that is exactly the request a model receives
-right after its tools ran. Rule 4 is what makes a stored history ready for another user turn.
+Rules 1-3 are checked only on what is present. A valid request body satisfies them and does not end with calls
+still pending (the first half of rule 4): a chat API refuses an assistant message with tool calls that no tool
+messages answer. A request may end with the tool responses, though: that is how tool results reach the model, and
+exactly the request a model receives right after its tools ran. All of rule 4 is what makes a stored history ready
+for another user turn.
+
+``check_request`` / ``request_violations`` check a request body; ``check_ready_for_user_input`` /
+``readiness_violations`` a history about to take a user message; ``sequence_violations`` rules 1-3 alone.
 
 The checks are a single pass with plain attribute access, because they run on every checkpoint write.
 """
@@ -29,6 +34,7 @@ __all__ = [
     "is_ready_for_user_input",
     "readiness_from",
     "readiness_violations",
+    "request_violations",
     "sequence_violations",
 ]
 
@@ -195,7 +201,10 @@ def _scan(messages: Sequence[Message], start: int = 0) -> tuple[list[SequenceVio
 
 
 def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
-    """Every violation of rules 1-3, in message order. An empty list means a valid request body.
+    """Every violation of rules 1-3, in message order, checked on what is present.
+
+    An empty list does not make a valid request body on its own: a request must not end with calls still pending
+    either (``request_violations`` checks both).
 
     Args:
         messages: the history, oldest first.
@@ -204,6 +213,27 @@ def sequence_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
         InvalidTypeError: an element is not an rxgraph message (the message names its index).
     """
     violations, _, _ = _scan(messages)
+    return violations
+
+
+def request_violations(messages: Sequence[Message]) -> list[SequenceViolation]:
+    """Every reason a chat API would refuse ``messages`` as a request body: the violations of rules 1-3 in message
+    order, then a rule-4 one if the request ends with calls still pending. An empty list means a valid request.
+
+    A request may end with tool messages (that is how tool results reach the model), but not with an assistant
+    message whose calls are not all answered: OpenAI refuses it ("An assistant message with 'tool_calls' must be
+    followed by tool messages responding to each 'tool_call_id'"). The rule-4 violation points at that assistant
+    message and lists the call ids without a response.
+
+    Args:
+        messages: the request's messages, oldest first.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
+    """
+    violations, end, _ = _scan(messages)
+    if end.pending:
+        violations.append(_pending_at_end(end))
     return violations
 
 
@@ -235,18 +265,21 @@ def readiness_from(messages: Sequence[Message], start: int) -> tuple[list[Sequen
     return _readiness(messages, start)
 
 
+def _pending_at_end(end: _EndState) -> SequenceViolation:
+    """The rule-4 violation of a history that ends with calls still pending: neither a valid request nor ready."""
+    assert end.open_index is not None
+    return SequenceViolation(
+        end.open_index,
+        4,
+        f"history ends with call ids {list(end.pending)} of the assistant message at index {end.open_index} still "
+        "pending: each call needs a tool message answering it",
+    )
+
+
 def _readiness(messages: Sequence[Message], start: int) -> tuple[list[SequenceViolation], int]:
     violations, end, clean_end = _scan(messages, start)
     if end.pending:
-        assert end.open_index is not None
-        violations.append(
-            SequenceViolation(
-                end.open_index,
-                4,
-                f"history ends with call ids {list(end.pending)} of the assistant message at index "
-                f"{end.open_index} still pending",
-            )
-        )
+        violations.append(_pending_at_end(end))
     elif end.ends_with_tool:
         violations.append(
             SequenceViolation(
@@ -280,10 +313,12 @@ def _raise(violations: list[SequenceViolation], what: str) -> None:
 
 
 def check_request(messages: Sequence[Message]) -> None:
-    """Check that ``messages`` is a valid request body (rules 1-3).
+    """Check that ``messages`` is a valid request body: rules 1-3, and no calls still pending at its end.
 
     Call this before sending a request to a chat API, which would otherwise reject the request (or, with some
-    providers, silently answer a garbled conversation).
+    providers, silently answer a garbled conversation). A request may end with tool messages, the way tool results
+    reach the model, but not with an assistant message whose calls are not all answered (a rule-4 violation); see
+    ``request_violations``.
 
     Args:
         messages: the request's messages, oldest first.
@@ -293,7 +328,7 @@ def check_request(messages: Sequence[Message]) -> None:
             message lists them one per line.
         InvalidTypeError: an element is not an rxgraph message.
     """
-    _raise(sequence_violations(messages), "a valid request body")
+    _raise(request_violations(messages), "a valid request body")
 
 
 def check_ready_for_user_input(messages: Sequence[Message]) -> None:

@@ -1,3 +1,4 @@
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -17,6 +18,7 @@ from rxgraph.messages import (
     check_request,
     is_ready_for_user_input,
     readiness_violations,
+    request_violations,
     sequence_violations,
 )
 
@@ -82,29 +84,31 @@ def test_responses_in_any_order_are_accepted() -> None:
     assert readiness_violations(history) == []
 
 
-def test_assistant_tool_calls_without_responses_are_a_valid_request_but_not_ready() -> None:
+def test_assistant_tool_calls_without_responses_are_neither_a_valid_request_nor_ready() -> None:
     history = [user(), calls("c1", "c2")]
-    assert sequence_violations(history) == []
-    check_request(history)
+    assert sequence_violations(history) == []  # rules 1-3 look only at what is present
     assert not is_ready_for_user_input(history)
     violations = readiness_violations(history)
     assert rules_of(violations) == [(1, 4)]
     assert "'c1'" in violations[0].reason
     assert "'c2'" in violations[0].reason
+    assert request_violations(history) == violations
 
 
-def test_partial_responses_at_the_end_are_a_valid_request_but_not_ready() -> None:
+def test_partial_responses_at_the_end_are_neither_a_valid_request_nor_ready() -> None:
     history = [user(), calls("c1", "c2", "c3"), tool("c2")]
     assert sequence_violations(history) == []
     violations = readiness_violations(history)
     assert rules_of(violations) == [(1, 4)]
     assert "['c1', 'c3']" in violations[0].reason
     assert "'c2'" not in violations[0].reason
+    assert request_violations(history) == violations
 
 
 def test_history_ending_with_tool_messages_is_a_valid_request_but_not_ready() -> None:
     history = [user(), calls("c1", "c2"), tool("c1"), tool("c2")]
     assert sequence_violations(history) == []
+    assert request_violations(history) == []
     check_request(history)
     violations = readiness_violations(history)
     assert rules_of(violations) == [(3, 4)]
@@ -254,7 +258,7 @@ def test_unsafe_history_error_carries_the_violations_it_lists() -> None:
     history = [user(), calls("c1", "c2"), tool("c1"), user("hurry"), tool("c2")]
     with pytest.raises(UnsafeHistoryError) as request:
         check_request(history)
-    assert list(request.value.violations) == sequence_violations(history)
+    assert list(request.value.violations) == request_violations(history) == sequence_violations(history)
     assert [(v.index, v.rule) for v in request.value.violations] == [(3, 1), (4, 2)]
     with pytest.raises(UnsafeHistoryError) as ready:
         check_ready_for_user_input([user(), calls("c1")])
@@ -262,8 +266,45 @@ def test_unsafe_history_error_carries_the_violations_it_lists() -> None:
     assert ready.value.thread_id is None  # a plain list is no stored thread
 
 
-def test_check_request_does_not_apply_rule_four() -> None:
-    check_request([user(), calls("c1")])
+def test_check_request_rejects_a_request_that_ends_with_unanswered_calls() -> None:
+    # OpenAI: "An assistant message with 'tool_calls' must be followed by tool messages responding to each
+    # 'tool_call_id'". The request names the assistant message and the calls nobody answered.
+    with pytest.raises(UnsafeHistoryError) as caught:
+        check_request([SystemMessage(content="be brief"), user(), calls("c1")])
+    assert rules_of(caught.value.violations) == [(2, 4)]
+    assert str(caught.value).splitlines() == [
+        "message history is not a valid request body (1 violation):",
+        "message 2: history ends with call ids ['c1'] of the assistant message at index 2 still pending: each call "
+        "needs a tool message answering it (rule 4)",
+    ]
+    with pytest.raises(UnsafeHistoryError, match=r"\['c2'\] of the assistant message at index 1 still pending"):
+        check_request([user(), calls("c1", "c2"), tool("c1")])
+
+
+def test_check_request_lists_the_pending_calls_after_the_other_violations() -> None:
+    history = [user(), tool("c0"), calls("c1", "c2"), tool("c1")]
+    with pytest.raises(UnsafeHistoryError, match="2 violations") as caught:
+        check_request(history)
+    assert rules_of(caught.value.violations) == [(1, 2), (2, 4)]
+
+
+def test_check_request_still_accepts_a_request_that_ends_with_the_tool_responses() -> None:
+    check_request([user(), calls("c1", "c2"), tool("c2"), tool("c1")])
+    check_request([user(), calls("c1"), tool("c1"), calls("c2"), tool("c2")])
+    # An orphan at the end breaks rule 2, not the end-of-request rule.
+    assert rules_of(request_violations([user(), tool("c1")])) == [(1, 2)]
+
+
+def test_a_request_breaks_exactly_what_readiness_does_except_ending_with_a_tool_message() -> None:
+    alphabet = [user(), reply(), calls("c1"), calls("c1", "c2"), tool("c1"), tool("c2")]
+    checked = 0
+    for n in range(6):
+        for history in itertools.product(alphabet, repeat=n):
+            ready = readiness_violations(history)
+            ends_with_tool = [v for v in ready if v.rule == 4 and v.reason.startswith("history ends with a tool")]
+            assert request_violations(history) == [v for v in ready if v not in ends_with_tool], history
+            checked += 1
+    assert checked > 9_000
 
 
 def test_check_ready_for_user_input_includes_rule_four() -> None:
