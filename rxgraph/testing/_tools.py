@@ -10,7 +10,7 @@ from reactivex import Observable
 
 from ..agent._model import ToolSpec
 from ..agent._tools import Tool, json_object
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ._scripted import Script, ScriptExhaustedError
 
 __all__ = ["ScriptedTool"]
@@ -20,7 +20,8 @@ class ScriptedTool(Tool):
     """A tool for tests: each call plays the next script (the last one repeats), on the run's scheduler.
 
     ``ScriptedTool("get_weather", marbles("---r|", r="Sunny"))`` answers "Sunny" three ticks after it is called;
-    ``marbles("--#", error=TimeoutError("upstream"))`` fails after two. It accepts any JSON object as arguments and
+    ``marbles("--#", error=TimeoutError("upstream"))`` fails after two. Its scripts are ``marbles(...)`` scripts,
+    whose diagrams are checked when they are built (see ``marbles``). It accepts any JSON object as arguments and
     records them in ``calls``.
 
     Args:
@@ -33,6 +34,7 @@ class ScriptedTool(Tool):
 
     Raises:
         InvalidArgumentError: ``scripts`` is empty.
+        InvalidTypeError: a script is not a ``Script`` (a diagram string, say): ``argument="scripts"``.
         ScriptExhaustedError: on the call after the last script, with ``repeat_last=False`` (it reaches the
             tool's ``on_error``, which an agent turns into an error tool message).
         ToolInputError: from ``parse_arguments``, when the arguments are not a JSON object.
@@ -52,6 +54,11 @@ class ScriptedTool(Tool):
         self.spec = ToolSpec(
             name=name, description=description, parameters=parameters or {"type": "object", "properties": {}}
         )
+        if not isinstance(scripts, Script) and not all(isinstance(s, Script) for s in scripts):
+            raise InvalidTypeError(
+                f"scripted tool {name!r} takes marbles(diagram, **values) scripts, got {scripts!r}",
+                argument="scripts",
+            )
         self._scripts = [scripts] if isinstance(scripts, Script) else list(scripts)
         if not self._scripts:
             raise InvalidArgumentError(f"scripted tool {name!r} needs at least one script", argument="scripts")
