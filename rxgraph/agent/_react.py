@@ -8,8 +8,9 @@ from typing import Any
 
 import reactivex as rx
 from pydantic import BaseModel
-from reactivex import Observable
+from reactivex import Observable, abc
 from reactivex import operators as ops
+from reactivex.scheduler import ImmediateScheduler
 
 from ..checkpoint._base import CheckpointSaver
 from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
@@ -25,6 +26,7 @@ from ..graph._config import (
 )
 from ..graph._constants import END, START
 from ..graph._outputs import RunOutput, StateSnapshot
+from ..graph._run_info import RunInfo
 from ..graph._state import KeyStrategy
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._model import ChatChunk, ChatModel, merge_chunks
@@ -42,10 +44,18 @@ class ReactAgent:
     """A ReAct agent: the model answers or calls tools; tool results go back to the model; repeat.
 
     The graph (``agent.graph``) has two nodes: ``model`` streams the model's ``ChatChunk``s to the subscriber and
-    merges them into one ``AssistantMessage``; ``tools`` runs every call of that message, in call order, and appends
-    exactly one ``ToolMessage`` per call — an error message (``is_error=True``) for an unknown tool, arguments that
-    are not JSON or do not match the tool's schema, or a tool that raised. The loop ends when the model answers
-    without tool calls. Its ``max_iterations``-th call in one turn offers the model no tools, so it must answer.
+    merges them into one ``AssistantMessage``; ``tools`` runs every call of that message and appends exactly one
+    ``ToolMessage`` per call — an error message (``is_error=True``) for an unknown tool, arguments that are not JSON
+    or do not match the tool's schema, or a tool that raised (or whose Observable or coroutine failed). The loop
+    ends when the model answers without tool calls. Its ``max_iterations``-th call in one turn offers the model no
+    tools, so it must answer.
+
+    The calls of one message run concurrently, at most ``max_parallel_tools`` at a time (started in call order).
+    Each ``ToolMessage`` reaches the subscriber (as a ``StreamingOutput`` of ``tools``) as soon as its tool has
+    finished, so in the order they finish; the history always holds them in call order. A blocking tool is called
+    on its own ``scheduler`` or the agent's ``tool_scheduler``; an ``async def`` tool is awaited on the run's event
+    loop; a tool with a ``RunInfo`` parameter receives the run's (``context``, ``cancelled``...). Cancelling the
+    turn disposes every tool still running, sets ``RunInfo.cancelled``, and cancels awaited coroutines.
 
     With a checkpointer, a turn is atomic: a cancelled turn is rewound (``on_cancel="rewind"``), and a new turn
     starts from the newest history that can take a user message (``on_unsafe_head="rollback"``). One turn runs per
@@ -60,6 +70,8 @@ class ReactAgent:
         checkpointer: CheckpointSaver | None = None,
         system_prompt: str | None = None,
         max_iterations: int = 10,
+        max_parallel_tools: int = 4,
+        tool_scheduler: abc.SchedulerBase | None = None,
         policy: TurnPolicy | None = None,
         on_cancel: CancelPolicy | None = None,
         on_unsafe_head: UnsafeHeadPolicy | None = None,
@@ -74,6 +86,10 @@ class ReactAgent:
             checkpointer: where the thread's turns are stored; without one, a turn sees only its own input.
             system_prompt: sent first in every request to the model; never stored in the history.
             max_iterations: model calls per turn; the last one is offered no tools.
+            max_parallel_tools: how many tool calls of one assistant message run at the same time (default 4);
+                1 runs them one after the other, in call order.
+            tool_scheduler: where the functions of tools without a ``scheduler`` of their own are called, e.g. a
+                ``ThreadPoolScheduler`` when they block (default None: on the thread that runs the turn).
             policy: how turns begin and end (``TurnPolicy``; when None, its defaults but ``on_error="rewind"``:
                 a failed turn is undone like a cancelled one); the keywords below override single fields of it.
             on_cancel: what a cancelled turn leaves behind.
@@ -82,10 +98,11 @@ class ReactAgent:
             on_error: what a failed turn leaves behind (``"rewind"`` unless ``policy`` says otherwise).
 
         Raises:
-            InvalidTypeError: ``model`` has no ``stream`` method, or a function's signature cannot be described
-                to a model.
-            InvalidArgumentError: ``max_iterations`` < 1, a tool name is not allowed or used twice, or a policy is
-                not one of its choices.
+            InvalidTypeError: ``model`` has no ``stream`` method, a function's signature cannot be described
+                to a model, ``max_parallel_tools`` is not an int, or ``tool_scheduler`` is not a reactivex
+                scheduler.
+            InvalidArgumentError: ``max_iterations`` or ``max_parallel_tools`` < 1, a tool name is not allowed or
+                used twice, or a policy is not one of its choices.
         """
         if not hasattr(model, "stream"):
             raise InvalidTypeError(
@@ -94,6 +111,20 @@ class ReactAgent:
         if max_iterations < 1:
             raise InvalidArgumentError(
                 f"max_iterations must be at least 1, got {max_iterations}", argument="max_iterations"
+            )
+        if isinstance(max_parallel_tools, bool) or not isinstance(max_parallel_tools, int):
+            raise InvalidTypeError(
+                f"max_parallel_tools must be an int, got {type(max_parallel_tools).__name__}",
+                argument="max_parallel_tools",
+            )
+        if max_parallel_tools < 1:
+            raise InvalidArgumentError(
+                f"max_parallel_tools must be at least 1, got {max_parallel_tools}", argument="max_parallel_tools"
+            )
+        if tool_scheduler is not None and not isinstance(tool_scheduler, abc.SchedulerBase):
+            raise InvalidTypeError(
+                f"tool_scheduler must be a reactivex scheduler, got {type(tool_scheduler).__name__}",
+                argument="tool_scheduler",
             )
         self.model = model
         self.tools: Mapping[str, Tool] = {}
@@ -108,6 +139,8 @@ class ReactAgent:
         self.tools = registry
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
+        self.max_parallel_tools = max_parallel_tools
+        self.tool_scheduler = tool_scheduler
         self._specs = tuple(t.spec for t in registry.values())
         self.graph: CompiledGraph = (
             StateGraph({"messages": KeyStrategy.APPEND})
@@ -130,7 +163,9 @@ class ReactAgent:
 
     def stream(self, input: AgentInput, config: RunnableConfig | None = None) -> Observable[RunOutput]:
         """A cold Observable of one turn: ``StreamingOutput``s with the model's ``ChatChunk``s and the tools'
-        ``ToolMessage``s as they come, and a ``NodeOutput`` after each node.
+        ``ToolMessage``s as they come (a message's tool calls run concurrently: their ``ToolMessage``s come in the
+        order the tools finish; the ``NodeOutput`` of ``tools`` and the history have them in call order), and a
+        ``NodeOutput`` after each node.
 
         A turn that fails reaches the subscriber's ``on_error``: ``MaxIterationsError`` when the model asks for
         tools after its last allowed call, ``ThreadBusyError`` or ``RunInterruptedError`` (see ``multitask``),
@@ -206,13 +241,18 @@ class ReactAgent:
         tools = self._specs if calls + 1 < self.max_iterations else ()
         return self.model.stream(request, tools)
 
-    def _call_tools(self, state: Mapping[str, Any]) -> Observable[ToolMessage]:
+    def _call_tools(self, state: Mapping[str, Any], run: RunInfo) -> Observable[ToolMessage]:
         last = state["messages"][-1]
         assert isinstance(last, AssistantMessage) and last.tool_calls
-        # In call order, one after the other: every call gets exactly one message, errors included.
-        return rx.concat(*(self._run_tool(call) for call in last.tool_calls))
+        # Every call gets exactly one message, errors included; they are started in call order, at most
+        # max_parallel_tools at a time, and emitted as they finish (_tools_update puts them back in call order).
+        # The calls are handed to merge at once, not on the run's scheduler: a TestScheduler would add a tick.
+        calls = rx.from_iterable(
+            [self._run_tool(call, run) for call in last.tool_calls], scheduler=ImmediateScheduler.singleton()
+        )
+        return calls.pipe(ops.merge(max_concurrent=self.max_parallel_tools))
 
-    def _run_tool(self, call: ToolCall) -> Observable[ToolMessage]:
+    def _run_tool(self, call: ToolCall, run: RunInfo) -> Observable[ToolMessage]:
         def error(reason: str) -> ToolMessage:
             return ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True)
 
@@ -233,15 +273,21 @@ class ReactAgent:
         def failed(exception: Exception, _: Observable[ToolMessage]) -> Observable[ToolMessage]:
             return rx.of(error(f"tool {call.name!r} failed: {type(exception).__name__}: {exception}"))
 
-        return chosen.run(**arguments).pipe(ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed))
+        return chosen.run(run, self.tool_scheduler, **arguments).pipe(
+            ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed)
+        )
 
 
 def _model_update(chunks: Sequence[ChatChunk]) -> dict[str, Any]:
     return {"messages": merge_chunks(chunks)}
 
 
-def _tools_update(chunks: Sequence[ToolMessage]) -> dict[str, Any]:
-    return {"messages": list(chunks)}
+def _tools_update(chunks: Sequence[ToolMessage], state: Mapping[str, Any]) -> dict[str, Any]:
+    """The tool messages in the order of the calls they answer (they arrive in the order the tools finished)."""
+    last = state["messages"][-1]
+    by_call = {message.tool_call_id: message for message in chunks}  # call ids are unique within a message
+    ordered = [by_call.pop(call.id) for call in last.tool_calls if call.id in by_call]
+    return {"messages": [*ordered, *by_call.values()]}
 
 
 def _after_model(state: Mapping[str, Any]) -> str:

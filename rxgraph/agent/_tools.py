@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import inspect
 import json
+import uuid
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, get_type_hints, overload
 
 import reactivex as rx
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from reactivex import Observable
+from reactivex import Observable, abc
 from reactivex import operators as ops
+from reactivex.disposable import Disposable
 
 from ..errors import InvalidArgumentError, InvalidTypeError, ToolInputError
+from ..graph._node import run_info_parameter
+from ..graph._run_info import RunInfo
+from ..rx._awaitable import background_loop, from_awaitable
 from ._model import ToolSpec
 
 __all__ = ["Tool", "json_object", "tool"]
@@ -22,11 +28,39 @@ class Tool:
     """A function the model may call. Build one with ``@tool``.
 
     Calling the ``Tool`` calls the function directly. ``invoke(arguments)`` is what the agent uses: it parses and
-    validates the JSON text the model sent, then runs the function. A function may return a value, or an Observable
-    of one value (for work on another thread or a timer on the run's scheduler).
+    validates the JSON text the model sent, then runs the function. The function may return:
+
+    - a value, which is the result;
+    - an Observable of one value (a timer on the run's scheduler, work another library does elsewhere...);
+    - from an ``async def`` function, a coroutine: it is awaited on the run's event loop (``RunInfo.loop``), and
+      disposing the call cancels it (the coroutine sees ``asyncio.CancelledError``).
+
+    A blocking function is given a ``scheduler`` (e.g. ``ThreadPoolScheduler``): it is then called there, never on
+    the thread that delivers the run's events. A parameter annotated ``RunInfo`` receives the run's ``RunInfo`` (its
+    ``context``, and the ``cancelled`` Event a blocking function can wait on to stop early); it is not part of the
+    JSON schema the model sees, and the model cannot pass it.
+
+    Attributes:
+        fn: the function.
+        name: the name the model calls it by.
+        description: what the model is told it does.
+        spec: what the model is shown (``ToolSpec``): name, description and the JSON schema of the arguments.
+        scheduler: where the function is called; None for the caller's choice (see ``run``).
+        run_info: the name of the function's ``RunInfo`` parameter, if it declares one.
     """
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> None:
+    # Class-level defaults, for subclasses that set their fields themselves instead of calling __init__.
+    scheduler: abc.SchedulerBase | None = None
+    run_info: str | None = None
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> None:
         """Wrap ``fn``; the arguments and errors are those of ``tool``."""
         if not callable(fn):
             raise InvalidTypeError(f"a tool wraps a function, got {type(fn).__name__}", argument="fn")
@@ -36,8 +70,15 @@ class Tool:
             raise InvalidArgumentError(
                 f"tool name {self.name!r} must contain only letters, digits, '_' and '-'", argument="name"
             )
+        if scheduler is not None and not isinstance(scheduler, abc.SchedulerBase):
+            raise InvalidTypeError(
+                f"tool {self.name!r}: scheduler must be a reactivex scheduler, got {type(scheduler).__name__}",
+                argument="scheduler",
+            )
+        self.scheduler = scheduler
         self.description = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
-        self._arguments = _arguments_model(fn, self.name)
+        self.run_info = run_info_parameter(fn)
+        self._arguments = _arguments_model(fn, self.name, self.run_info)
         schema = self._arguments.model_json_schema()
         schema.pop("title", None)
         self.spec = ToolSpec(name=self.name, description=self.description, parameters=schema)
@@ -56,7 +97,7 @@ class Tool:
 
         Raises:
             ToolInputError: the text is not a JSON object, or does not match the tool's schema (``tool`` is this
-                tool's name).
+                tool's name); naming the ``RunInfo`` parameter is an unknown argument too.
         """
         raw = json_object(arguments, self.name)
         try:
@@ -68,32 +109,91 @@ class Tool:
             raise ToolInputError(f"the arguments do not match the tool's schema: {problems}", tool=self.name) from None
         return {field: getattr(validated, field) for field in type(validated).model_fields}
 
-    def run(self, **arguments: Any) -> Observable[Any]:
+    def run(
+        self,
+        info: RunInfo | None = None,
+        default_scheduler: abc.SchedulerBase | None = None,
+        /,
+        **arguments: Any,
+    ) -> Observable[Any]:
         """A cold Observable of the tool's one result for arguments already validated (see ``parse_arguments``).
 
         Args:
+            info: the run the tool works for: what its ``RunInfo`` parameter receives, and where its coroutine is
+                awaited (``info.loop``). Without one, each subscription makes its own: no thread, an empty
+                ``context``, rxgraph's background loop, and ``cancelled`` set when the subscription is disposed
+                before the result.
+            default_scheduler: where to call the function when the tool has no ``scheduler`` of its own (an
+                agent's ``tool_scheduler``); with neither, it is called on the subscribing thread.
             arguments: the keyword arguments for the function.
 
-        The function runs when the Observable is subscribed; what it raises, or the Observable it returns fails
-        with, reaches ``on_error``. Of an Observable result only the first value counts.
+        The function is called when the Observable is subscribed — on the scheduler, if there is one; disposing
+        before the scheduler got to it means it is never called. What it raises, the error its Observable fails
+        with, or its coroutine's exception reaches ``on_error``. Of an Observable result only the first value
+        counts; a coroutine's result is its value. Disposing the subscription disposes the Observable or cancels
+        the coroutine.
         """
+        scheduler = self.scheduler or default_scheduler
+        parameter = self.run_info
 
-        def _start(_: Any) -> Observable[Any]:
-            result = self.fn(**arguments)
-            return result.pipe(ops.take(1)) if isinstance(result, Observable) else rx.of(result)
+        def _subscribe(
+            observer: abc.ObserverBase[Any], subscribe_scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            run = info if info is not None else _standalone_run()
+            keywords = dict(arguments)
+            if parameter is not None:
+                keywords[parameter] = run
 
-        return rx.defer(_start)
+            def _call() -> Any:
+                return self.fn(**keywords)
 
-    def invoke(self, arguments: str) -> Observable[Any]:
+            def _result(value: Any) -> Observable[Any]:
+                if isinstance(value, Observable):  # checked first: an Observable is awaitable too
+                    return value.pipe(ops.take(1))
+                if inspect.isawaitable(value):
+                    return from_awaitable(value, run.loop)
+                return rx.of(value)
+
+            if scheduler is None:
+                source = rx.defer(lambda _: _result(_call()))
+            else:
+                source = rx.from_callable(_call, scheduler).pipe(ops.flat_map(_result))
+            if info is not None:
+                return source.subscribe(observer, scheduler=subscribe_scheduler)
+            # A run of its own: its `cancelled` is set when the subscriber leaves before the result.
+            finished = False
+
+            def _finished(*_: Any) -> None:
+                nonlocal finished
+                finished = True
+
+            subscription = source.pipe(ops.do_action(on_error=_finished, on_completed=_finished)).subscribe(
+                observer, scheduler=subscribe_scheduler
+            )
+
+            def _dispose() -> None:
+                if not finished:
+                    run.cancelled.set()
+                subscription.dispose()
+
+            return Disposable(_dispose)
+
+        return Observable(_subscribe)
+
+    def invoke(
+        self, arguments: str, info: RunInfo | None = None, default_scheduler: abc.SchedulerBase | None = None
+    ) -> Observable[Any]:
         """A cold Observable of the tool's one result for the model's JSON ``arguments``.
 
         Args:
             arguments: the JSON object the model sent, as text.
+            info: the run the tool works for (see ``run``).
+            default_scheduler: where to call the function when the tool has no ``scheduler`` (see ``run``).
 
         Nothing is raised: invalid arguments (``ToolInputError``, see ``parse_arguments``) and the function's own
         errors reach ``on_error`` when it is subscribed.
         """
-        return rx.defer(lambda _: self.run(**self.parse_arguments(arguments)))
+        return rx.defer(lambda _: self.run(info, default_scheduler, **self.parse_arguments(arguments)))
 
 
 def json_object(arguments: str, tool_name: str) -> dict[str, Any]:
@@ -110,7 +210,12 @@ def json_object(arguments: str, tool_name: str) -> dict[str, Any]:
     return raw
 
 
-def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+def _standalone_run() -> RunInfo:
+    """The ``RunInfo`` of a tool run outside any graph run."""
+    return RunInfo(thread_id=None, run_id=uuid.uuid4().hex, context=MappingProxyType({}), loop_of=background_loop)
+
+
+def _arguments_model(fn: Callable[..., Any], name: str, run_info: str | None) -> type[BaseModel]:
     signature = inspect.signature(fn)
     try:
         hints = get_type_hints(fn)
@@ -126,6 +231,8 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
             )
         if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise InvalidTypeError(f"tool {name!r}: positional-only parameters cannot be passed by name", argument="fn")
+        if parameter.name == run_info:
+            continue  # the agent passes it; the model neither sees nor sends it
         annotation = hints.get(parameter.name, Any)
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
@@ -137,29 +244,41 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 
 @overload
-def tool(*, name: str | None = None, description: str | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    *, name: str | None = None, description: str | None = None, scheduler: abc.SchedulerBase | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    scheduler: abc.SchedulerBase | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of a typed function: its name, its docstring as the description, its parameters' types and
     defaults as the JSON schema of its arguments. Use as ``@tool`` or ``@tool(name=..., description=...)``.
 
     Args:
-        fn: the function; every parameter must be passable by name and its type must have a JSON schema.
+        fn: the function, plain or ``async def``; every parameter must be passable by name and its type must have
+            a JSON schema — except one annotated ``RunInfo``, which receives the run's ``RunInfo`` and is left out
+            of the schema.
         name: the name the model calls it by (default: the function's): letters, digits, ``_`` and ``-``.
         description: what the model is told it does (default: the function's docstring).
+        scheduler: where the function is called, e.g. a ``ThreadPoolScheduler`` for blocking work (default: none
+            of its own; an agent's ``tool_scheduler`` if it has one, else the thread that runs the agent's turn).
 
     Raises:
         InvalidTypeError: ``fn`` is not callable, has ``*args``, ``**kwargs`` or positional-only parameters, or
-            type hints that cannot be resolved (``argument="fn"``).
+            type hints that cannot be resolved (``argument="fn"``); ``scheduler`` is not a reactivex scheduler
+            (``argument="scheduler"``).
         InvalidArgumentError: the name has other characters (``argument="name"``).
     """
     if fn is not None:
-        return Tool(fn, name=name, description=description)
+        return Tool(fn, name=name, description=description, scheduler=scheduler)
 
     def _decorate(function: Callable[..., Any]) -> Tool:
-        return Tool(function, name=name, description=description)
+        return Tool(function, name=name, description=description, scheduler=scheduler)
 
     return _decorate
