@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import math
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
-from .checkpoint import Checkpoint
+from pydantic import BaseModel
+
+from .checkpoint import Checkpoint, CheckpointSaver
 from .errors import CheckpointDecodeError, RxGraphError
 
 __all__ = ["CliError", "main"]
@@ -27,6 +31,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     out = out or sys.stdout
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "checkpoint", None) is not None and args.thread is None:
+        parser.error("inspect: --checkpoint needs --thread (the thread the checkpoint belongs to)")
     try:
         return int(args.handler(args, out))
     except (RxGraphError, sqlite3.DatabaseError) as error:
@@ -55,13 +61,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_demo)
 
-    inspect = commands.add_parser("inspect", help="list a database's threads, or one thread's checkpoints")
+    inspect = commands.add_parser(
+        "inspect",
+        help="list a database's threads, one thread's checkpoints, or one checkpoint's values",
+        description=(
+            "Without --thread: every thread, with its head's seq, source and whether it can take new input. With "
+            "--thread: the thread's checkpoints, newest first: seq, id, parent, the node that wrote it, NEXT (the "
+            "node(s) a resume runs; '-' when the run ended), source, run, message count and whether the head can "
+            "take new input (and why not); a checkpoint that recorded a failed run (source rewind or error) has "
+            "its error on the line below it. With --thread and --checkpoint: that checkpoint's metadata and values, "
+            "as JSON."
+        ),
+        epilog=(
+            "Values in --checkpoint's JSON: pydantic models (messages, your registered models) as their JSON dump "
+            "(model_dump(mode='json')); lists, tuples, FrozenLists and sets as arrays; dicts and FrozenDicts as "
+            'objects; bytes as {"$bytes": "<base64>"}; non-finite floats as the strings "nan", "inf" and "-inf".'
+        ),
+    )
     inspect.add_argument("--db", required=True, help="an rxgraph SQLite file")
     inspect.add_argument("--thread", help="show this thread's checkpoints")
-    inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    inspect.add_argument(
+        "--checkpoint",
+        metavar="ID",
+        help="with --thread: print this checkpoint's metadata and values as JSON (an id, or the start of one that "
+        "no other checkpoint of the thread shares, as the table shows it)",
+    )
+    inspect.add_argument(
+        "--json", action="store_true", help="print JSON instead of a table (--checkpoint always prints JSON)"
+    )
     inspect.set_defaults(handler=_inspect)
 
-    check = commands.add_parser("check", help="integrity check, and the threads whose head is not safe")
+    check = commands.add_parser(
+        "check",
+        help="integrity check, and the threads whose head cannot take new input or whose last run failed",
+        description=(
+            "Run SQLite's integrity check, then list the threads whose head cannot take new input (their message "
+            "history is incomplete, or the head cannot be read; a new run with input starts from their newest "
+            "checkpoint that can) and, for information, those whose last run failed, with its error. A thread "
+            "without a message history is fine. Exit status 1 when the integrity check fails or the file is no rxgraph "
+            "database; the threads listed do not change it."
+        ),
+    )
     check.add_argument("--db", required=True, help="an rxgraph SQLite file")
     check.set_defaults(handler=_check)
     return parser
@@ -100,6 +140,7 @@ def _summary(checkpoint: Checkpoint) -> dict[str, Any]:
         "safe": checkpoint.safe,
         "unsafe_reason": checkpoint.unsafe_reason,
         "rolled_back_from": checkpoint.rolled_back_from,
+        "error": checkpoint.error,
     }
 
 
@@ -151,11 +192,16 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                 if not rows:
                     print("(no threads)", file=out)
             return 0
+        if args.checkpoint is not None:
+            checkpoint = _find_checkpoint(saver, args.db, args.thread, args.checkpoint)
+            document = {"metadata": {"thread_id": checkpoint.thread_id, **_summary(checkpoint)}}
+            document["values"] = {key: _jsonable(value) for key, value in checkpoint.values.items()}
+            json.dump(document, out, indent=2, allow_nan=False)
+            out.write("\n")
+            return 0
         checkpoints = saver.list(args.thread)
         if not checkpoints:
-            raise CliError(
-                f"no thread {args.thread!r} in {args.db} (threads: {', '.join(sorted(saver.threads())) or 'none'})"
-            )
+            raise _no_thread(saver, args.db, args.thread)
         summaries = [_summary(c) for c in checkpoints]
         if args.json:
             json.dump({"thread_id": args.thread, "checkpoints": summaries}, out, indent=2)
@@ -163,13 +209,14 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             return 0
         _table(
             out,
-            ["SEQ", "ID", "PARENT", "NODE", "SOURCE", "RUN", "MSGS", "SAFE"],
+            ["SEQ", "ID", "PARENT", "NODE", "NEXT", "SOURCE", "RUN", "MSGS", "SAFE"],
             [
                 [
                     s["seq"],
                     s["id"][:12],
                     (s["parent_id"] or "-")[:12],
                     s["node"] or "-",
+                    ",".join(s["next"]) or "-",
                     s["source"],
                     s["run_id"][:8],
                     "-" if s["messages"] is None else s["messages"],
@@ -177,6 +224,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                 ]
                 for s in summaries
             ],
+            notes=[None if s["error"] is None else f"error: {_continued(s['error'], '      ')}" for s in summaries],
         )
         return 0
     finally:
@@ -198,23 +246,94 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     saver = _open(args.db)
     try:
         threads = sorted(saver.threads())
-        unsafe = []
+        incomplete, unreadable, failed = 0, 0, 0
+        notes: list[tuple[str, str]] = []
         for thread in threads:
             try:
                 head = saver.get(thread)
             except CheckpointDecodeError as error:
-                unsafe.append((thread, f"the head cannot be read: {error}"))
+                unreadable += 1
+                notes.append((thread, f"the head cannot be read: {error}"))
                 continue
-            if head is not None and not head.safe:
-                unsafe.append((thread, f"head seq {head.seq}: {head.unsafe_reason}"))
-        print(f"{len(threads)} thread(s), {len(unsafe)} with a head that cannot take a new user turn", file=out)
-        for thread, reason in unsafe:
-            print(f"  {thread}: {reason}", file=out)
-        if unsafe:
-            print("(the next turn on those threads starts from their newest safe checkpoint)", file=out)
+            if head is None:
+                continue
+            if not head.safe:
+                incomplete += 1
+                notes.append((thread, f"head seq {head.seq}: {head.unsafe_reason}"))
+            if head.error is not None:
+                failed += 1
+                error_text = _continued(head.error, "      ")
+                notes.append((thread, f"last run failed: {error_text} (head seq {head.seq}, {head.source})"))
+        verdict = (
+            f"{len(threads)} thread(s), {incomplete} whose head cannot take new input (their message history is "
+            "incomplete)"
+        )
+        if unreadable:
+            verdict += f", {unreadable} whose head cannot be read"
+        if failed:
+            verdict += f", {failed} whose last run failed"
+        print(verdict, file=out)
+        for thread, note in notes:
+            print(f"  {thread}: {note}", file=out)
+        if incomplete or unreadable:
+            print(
+                "(a new run with input on a thread whose head cannot take it starts from the thread's newest "
+                "checkpoint that can)",
+                file=out,
+            )
         return 0
     finally:
         saver.close()
+
+
+def _no_thread(saver: CheckpointSaver, db: str, thread: str) -> CliError:
+    return CliError(f"no thread {thread!r} in {db} (threads: {', '.join(sorted(saver.threads())) or 'none'})")
+
+
+def _find_checkpoint(saver: CheckpointSaver, db: str, thread: str, wanted: str) -> Checkpoint:
+    """The thread's checkpoint with id ``wanted``, or else the one whose id starts with it (the table shortens ids)."""
+    found = saver.get(thread, wanted)
+    if found is not None:
+        return found
+    checkpoints = saver.list(thread)
+    if not checkpoints:
+        raise _no_thread(saver, db, thread)
+    matches = [c for c in checkpoints if c.id.startswith(wanted)] if wanted else []
+    if len(matches) > 1:
+        ids = ", ".join(f"{c.id} (seq {c.seq})" for c in matches)
+        raise CliError(f"{wanted!r} is the start of several checkpoint ids in thread {thread!r}: {ids}")
+    if not matches:
+        raise CliError(
+            f"no checkpoint {wanted!r} in thread {thread!r} of {db} (it has seq 1 to {checkpoints[0].seq}; "
+            f"`rxgraph inspect --db {db} --thread {thread}` lists their ids)"
+        )
+    return matches[0]
+
+
+def _jsonable(value: Any) -> Any:
+    """A stored value as plain JSON, for reading (the --help of ``inspect`` says how each type is shown)."""
+    if isinstance(value, BaseModel):
+        return _jsonable(value.model_dump(mode="json"))
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Set):
+        items = [_jsonable(v) for v in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, Sequence):
+        return [_jsonable(v) for v in value]
+    return {"$repr": repr(value)}
+
+
+def _continued(text: str, indent: str) -> str:
+    """``text`` with its second and later lines indented, to stay under the line it starts on (an error's message
+    may span lines)."""
+    return text.replace("\n", "\n" + indent)
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
@@ -228,11 +347,15 @@ def _seq_of(db: str, checkpoint_id: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _table(out: TextIO, header: list[str], rows: list[list[Any]]) -> None:
+def _table(out: TextIO, header: list[str], rows: list[list[Any]], notes: Sequence[str | None] = ()) -> None:
+    """Print ``rows`` under ``header`` in aligned columns; a row's note, if any, on an indented line below it."""
     cells = [header, *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
+    below = [None, *notes, *[None] * (len(rows) - len(notes))]
+    for row, note in zip(cells, below, strict=True):
         print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip(), file=out)
+        if note is not None:
+            print(f"    {note}", file=out)
 
 
 if __name__ == "__main__":

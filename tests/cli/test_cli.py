@@ -77,7 +77,7 @@ def test_inspect_lists_threads_and_a_threads_checkpoints(demo_db: Path) -> None:
     table = _rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", cwd=demo_db.parent)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["SEQ", "ID", "PARENT", "NODE", "SOURCE", "RUN", "MSGS", "SAFE"]
+    assert lines[0].split() == ["SEQ", "ID", "PARENT", "NODE", "NEXT", "SOURCE", "RUN", "MSGS", "SAFE"]
     assert len(lines) == 11
     assert "NO: message 3: history ends with call ids ['call-1']" in table.stdout
 
@@ -111,7 +111,7 @@ def test_check_reports_integrity_and_unsafe_heads(tmp_path: Path) -> None:
     result = _rxgraph("check", "--db", str(db), cwd=tmp_path)
     assert result.returncode == 0
     assert "integrity check: ok" in result.stdout
-    assert "2 thread(s), 1 with a head that cannot take a new user turn" in result.stdout
+    assert "2 thread(s), 1 whose head cannot take new input (their message history is incomplete)\n" in result.stdout
     assert "half: head seq 2: message 1: history ends with call ids ['c9']" in result.stdout
 
 
