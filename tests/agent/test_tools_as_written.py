@@ -192,6 +192,29 @@ def test_the_agents_tool_scheduler_is_for_tools_without_their_own() -> None:
     check_ready_for_user_input(history)
 
 
+@pytest.mark.parametrize("parallel", [2, 1])
+def test_blocking_tools_of_one_message_run_side_by_side_on_a_pool(parallel: int) -> None:
+    pool = ThreadPoolScheduler(2)
+    started = {"a": threading.Event(), "b": threading.Event()}
+
+    @tool
+    def meet(name: str, other: str) -> str:
+        """Waits until the other call has started too."""
+        started[name].set()
+        if parallel == 1:  # one after the other: the second call has not started while the first runs
+            return "met" if started[other].is_set() else "alone"
+        return "met" if started[other].wait(10) else "alone"
+
+    calls = [tool_call("c0", "meet", '{"name": "a", "other": "b"}', index=0)]
+    calls.append(tool_call("c1", "meet", '{"name": "b", "other": "a"}', index=1))
+    model = ScriptedChatModel([[*calls, finish("tool_calls")], [text("done")]])
+    agent = ReactAgent(model, tools=[meet], tool_scheduler=pool, max_parallel_tools=parallel)
+    agent.invoke("go")
+    pool.executor.shutdown(wait=True)
+    answers = [m.content for m in model.requests[1].messages if isinstance(m, ToolMessage)]
+    assert answers == (["met", "met"] if parallel > 1 else ["alone", "met"])
+
+
 def test_a_blocking_tool_that_raises_on_a_pool_becomes_an_error_tool_message(pool: ThreadPoolScheduler) -> None:
     @tool(scheduler=pool)
     def explode(reason: str) -> str:
