@@ -55,7 +55,9 @@ class ReactAgent:
     finished, so in the order they finish; the history always holds them in call order. A blocking tool is called
     on its own ``scheduler`` or the agent's ``tool_scheduler``; an ``async def`` tool is awaited on the run's event
     loop; a tool with a ``RunInfo`` parameter receives the run's (``context``, ``cancelled``...). Cancelling the
-    turn disposes every tool still running, sets ``RunInfo.cancelled``, and cancels awaited coroutines.
+    turn disposes every tool still running, sets ``RunInfo.cancelled``, and cancels awaited coroutines. A turn with no
+    scheduler of its own goes on from the thread a tool's result arrived on (a pool thread, say); to keep a turn's
+    events on an asyncio server's loop, give it ``RunnableConfig(scheduler=AsyncIOThreadSafeScheduler(loop))``.
 
     With a checkpointer, a turn is atomic: a cancelled turn is rewound (``on_cancel="rewind"``), and a new turn
     starts from the newest history that can take a user message (``on_unsafe_head="rollback"``). One turn runs per
