@@ -3,13 +3,46 @@
 from __future__ import annotations
 
 import builtins
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+import rxgraph
 from rxgraph import Checkpoint, CheckpointSaver
 from rxgraph.testing import DelegatingSaver
+from rxgraph.testing._saver_contract import ScriptedChatGraph
 
-__all__ = ["DelegatingSaver", "ReadCountingSaver", "ScriptedChat", "final_reply", "nodes_written", "tool_call_reply"]
+__all__ = [
+    "DelegatingSaver",
+    "ReadCountingSaver",
+    "ScriptedChat",
+    "final_reply",
+    "nodes_written",
+    "run_rxgraph",
+    "tool_call_reply",
+]
+
+# The package under test, importable from any working directory (installed or not).
+_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+}
+
+
+def run_rxgraph(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The ``rxgraph`` command run in a subprocess, as a user runs it; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "rxgraph", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=_ENV,
+        timeout=120,
+        check=False,
+    )
 
 
 class ReadCountingSaver(DelegatingSaver):
@@ -45,52 +78,8 @@ def nodes_written(saver: CheckpointSaver, thread_id: str) -> list[Any]:
     return [c.node for c in reversed(saver.list(thread_id))]
 
 
-class ScriptedChat:
-    """A two-node chat graph (model, tools) whose model answers from a script and records every request.
-
-    Each script item is an ``AssistantMessage`` (the model's reply), an exception (the model call fails), or a
-    callable ``(scheduler) -> Observable`` for replies that take virtual time.
-    """
-
-    def __init__(self, script: list[Any], saver: CheckpointSaver, **compile_kwargs: Any) -> None:
-        from rxgraph import END, START, KeyStrategy, StateGraph
-        from rxgraph.messages import AssistantMessage, ToolMessage
-
-        self.script = list(script)
-        self.requests: list[list[Any]] = []
-        self.saver = saver
-
-        def model(state: Any, config: Any) -> Any:
-            self.requests.append(list(state["messages"]))
-            reply = self.script.pop(0)
-            if isinstance(reply, Exception):
-                raise reply
-            if callable(reply):
-                return reply(config.scheduler)
-            return {"messages": reply}
-
-        def tools(state: Any) -> dict[str, Any]:
-            last = state["messages"][-1]
-            assert isinstance(last, AssistantMessage)
-            return {
-                "messages": [
-                    ToolMessage(tool_call_id=call.id, content=f"{call.name} says ok") for call in last.tool_calls
-                ]
-            }
-
-        def route(state: Any) -> str:
-            last = state["messages"][-1]
-            return "tools" if isinstance(last, AssistantMessage) and last.tool_calls else END
-
-        self.graph = (
-            StateGraph({"messages": KeyStrategy.APPEND})
-            .add_node("model", model)
-            .add_node("tools", tools)
-            .add_edge(START, "model")
-            .add_conditional_edges("model", route)
-            .add_edge("tools", "model")
-            .compile(checkpointer=saver, **compile_kwargs)
-        )
+ScriptedChat = ScriptedChatGraph
+"""A two-node chat graph whose model answers from a script (rxgraph.testing's, shared with the saver contract)."""
 
 
 def tool_call_reply(call_id: str = "c1", name: str = "lookup") -> Any:

@@ -12,6 +12,7 @@ from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.scheduler import ImmediateScheduler
 
+from .._arguments import check_scheduler
 from ..checkpoint._base import CheckpointSaver
 from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
 from ..graph._builder import StateGraph
@@ -123,11 +124,7 @@ class ReactAgent:
             raise InvalidArgumentError(
                 f"max_parallel_tools must be at least 1, got {max_parallel_tools}", argument="max_parallel_tools"
             )
-        if tool_scheduler is not None and not isinstance(tool_scheduler, abc.SchedulerBase):
-            raise InvalidTypeError(
-                f"tool_scheduler must be a reactivex scheduler, got {type(tool_scheduler).__name__}",
-                argument="tool_scheduler",
-            )
+        check_scheduler(tool_scheduler, argument="tool_scheduler")
         self.model = model
         self.tools: Mapping[str, Tool] = {}
         registry: dict[str, Tool] = {}

@@ -15,6 +15,7 @@ from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
 
+from .._arguments import check_scheduler
 from ..errors import InvalidArgumentError, InvalidTypeError, ToolInputError
 from ..graph._node import run_info_parameter
 from ..graph._run_info import RunInfo
@@ -70,11 +71,7 @@ class Tool:
             raise InvalidArgumentError(
                 f"tool name {self.name!r} must contain only letters, digits, '_' and '-'", argument="name"
             )
-        if scheduler is not None and not isinstance(scheduler, abc.SchedulerBase):
-            raise InvalidTypeError(
-                f"tool {self.name!r}: scheduler must be a reactivex scheduler, got {type(scheduler).__name__}",
-                argument="scheduler",
-            )
+        check_scheduler(scheduler, argument="scheduler", owner=f"tool {self.name!r}")
         self.scheduler = scheduler
         self.description = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         self.run_info = run_info_parameter(fn)

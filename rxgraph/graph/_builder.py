@@ -9,6 +9,7 @@ from typing import Self
 
 from reactivex import abc
 
+from .._arguments import check_scheduler
 from ..checkpoint._base import CheckpointSaver
 from ..errors import GraphValidationError, InvalidArgumentError, InvalidTypeError
 from ._compiled import CompiledGraph
@@ -176,11 +177,7 @@ class StateGraph:
             raise InvalidArgumentError(
                 f"messages_key must be a non-empty string or None, got {messages_key!r}", argument="messages_key"
             )
-        if node_scheduler is not None and not isinstance(node_scheduler, abc.SchedulerBase):
-            raise InvalidTypeError(
-                f"node_scheduler must be a reactivex scheduler, got {type(node_scheduler).__name__}",
-                argument="node_scheduler",
-            )
+        check_scheduler(node_scheduler, argument="node_scheduler")
         turns = (policy or TurnPolicy()).with_overrides(
             on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask, on_error=on_error
         )

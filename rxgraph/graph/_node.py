@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, get_type_hints
 
 from reactivex import Observable, abc
 
+from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError
 from ._run_info import RunInfo
 
@@ -98,11 +99,7 @@ class NodeSpec:
             raise InvalidTypeError(
                 f"node {name!r}: reduce must be callable, got {type(reduce).__name__}", argument="reduce"
             )
-        if scheduler is not None and not isinstance(scheduler, abc.SchedulerBase):
-            raise InvalidTypeError(
-                f"node {name!r}: scheduler must be a reactivex scheduler, got {type(scheduler).__name__}",
-                argument="scheduler",
-            )
+        check_scheduler(scheduler, argument="scheduler", owner=f"node {name!r}")
         run_info = run_info_parameter(action)
         positional = _positional(action, run_info)
         if positional == 0:

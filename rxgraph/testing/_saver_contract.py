@@ -37,7 +37,7 @@ from ..checkpoint._base import new_checkpoint
 from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError
 from ..messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage, check_request
 
-__all__ = ["SaverContract"]
+__all__ = ["SaverContract", "ScriptedChatGraph"]
 
 _WAIT = 30.0  # seconds a check waits for its own threads before it fails (never reached by a working saver)
 
@@ -545,22 +545,30 @@ def _race_on_one_head(savers: list[CheckpointSaver], reader: CheckpointSaver) ->
 # -- a real graph ----------------------------------------------------------------------------------------------------
 
 
-class _ScriptedChat:
-    """A two-node chat graph (model, tools) on ``saver``, whose model answers from a script (a reply, or an
-    exception to raise) and records every request."""
+class ScriptedChatGraph:
+    """A two-node chat graph (model, tools) on ``saver``, whose model answers from a script and records every
+    request; for tests of savers and of the engine.
 
-    def __init__(self, script: list[AssistantMessage | Exception], saver: CheckpointSaver) -> None:
+    Each script item is an ``AssistantMessage`` (the model's reply), an exception (the model call fails), or a
+    callable ``(scheduler) -> Observable`` for replies that take virtual time. ``compile_options`` go to
+    ``compile``. The thread of ``config`` is ``"chat"``.
+    """
+
+    def __init__(self, script: list[Any], saver: CheckpointSaver, **compile_options: Any) -> None:
         from ..graph import END, START, KeyStrategy, RunnableConfig, StateGraph
 
         self.script = list(script)
         self.requests: list[list[Any]] = []
+        self.saver = saver
         self.config = RunnableConfig(thread_id="chat")
 
-        def model(state: Any) -> dict[str, Any]:
+        def model(state: Any, config: Any) -> Any:
             self.requests.append(list(state["messages"]))
             reply = self.script.pop(0)
             if isinstance(reply, Exception):
                 raise reply
+            if callable(reply):
+                return reply(config.scheduler)
             return {"messages": reply}
 
         def tools(state: Any) -> dict[str, Any]:
@@ -583,7 +591,7 @@ class _ScriptedChat:
             .add_edge(START, "model")
             .add_conditional_edges("model", route)
             .add_edge("tools", "model")
-            .compile(checkpointer=saver)
+            .compile(checkpointer=saver, **compile_options)
         )
 
 
@@ -591,12 +599,12 @@ def _tool_call_reply(call_id: str, name: str = "lookup") -> AssistantMessage:
     return AssistantMessage(tool_calls=(ToolCall(id=call_id, name=name, arguments="{}"),))
 
 
-def _run_conversation(saver: CheckpointSaver) -> _ScriptedChat:
+def _run_conversation(saver: CheckpointSaver) -> ScriptedChatGraph:
     """Four turns on thread ``chat``: one with a tool call, a plain one, one whose model fails after a tool call
     (leaving an unsafe head), and one that starts again from the newest safe checkpoint."""
     import pytest
 
-    chat = _ScriptedChat(
+    chat = ScriptedChatGraph(
         [
             _tool_call_reply("c1"),
             AssistantMessage(content="sunny"),

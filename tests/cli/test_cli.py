@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _support import run_rxgraph
 
-import rxgraph
 from rxgraph import END, START, Checkpoint, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.checkpoint._sqlite import SqliteSaver
 from rxgraph.cli import CliError, main
 from rxgraph.errors import RxGraphError
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
 
-# The package under test, importable from any working directory (installed or not).
-_ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
-}
-
-
-def _rxgraph(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rxgraph", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=_ENV,
-        timeout=120,
-        check=False,
-    )
-
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("demo")
-    result = _rxgraph("demo", "--db", "chat.db", cwd=folder)
+    result = run_rxgraph("demo", "--db", "chat.db", cwd=folder)
     assert result.returncode == 0, result.stderr
     (folder / "demo.out").write_text(result.stdout)
     return folder / "chat.db"
@@ -57,24 +36,24 @@ def test_demo_cancels_turn_two_rewinds_and_completes_turn_three(demo_db: Path) -
 
 
 def test_demo_uses_a_new_thread_each_time_and_honours_cancel_at(tmp_path: Path) -> None:
-    first = _rxgraph("demo", "--db", "x.db", "--cancel-at", "2", cwd=tmp_path)
-    second = _rxgraph("demo", "--db", "x.db", cwd=tmp_path)
+    first = run_rxgraph("demo", "--db", "x.db", "--cancel-at", "2", cwd=tmp_path)
+    second = run_rxgraph("demo", "--db", "x.db", cwd=tmp_path)
     assert first.returncode == 0 and second.returncode == 0
     assert "thread 'demo-1'" in first.stdout and "thread 'demo-2'" in second.stdout
     assert "cancelled at t=2" in first.stdout
-    assert _rxgraph("demo", "--cancel-at", "-1", cwd=tmp_path).returncode == 1
+    assert run_rxgraph("demo", "--cancel-at", "-1", cwd=tmp_path).returncode == 1
 
 
 def test_demo_default_db_is_in_the_current_directory(tmp_path: Path) -> None:
-    assert _rxgraph("demo", cwd=tmp_path).returncode == 0
+    assert run_rxgraph("demo", cwd=tmp_path).returncode == 0
     assert (tmp_path / "rxgraph-demo.db").is_file()
 
 
 def test_inspect_lists_threads_and_a_threads_checkpoints(demo_db: Path) -> None:
-    threads = _rxgraph("inspect", "--db", str(demo_db), cwd=demo_db.parent)
+    threads = run_rxgraph("inspect", "--db", str(demo_db), cwd=demo_db.parent)
     assert threads.returncode == 0
     assert threads.stdout.splitlines()[1].split() == ["demo-1", "10", "loop", "yes"]
-    table = _rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", cwd=demo_db.parent)
+    table = run_rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", cwd=demo_db.parent)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["SEQ", "ID", "PARENT", "NODE", "NEXT", "SOURCE", "RUN", "MSGS", "SAFE"]
@@ -83,14 +62,14 @@ def test_inspect_lists_threads_and_a_threads_checkpoints(demo_db: Path) -> None:
 
 
 def test_inspect_json(demo_db: Path) -> None:
-    result = _rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", "--json", cwd=demo_db.parent)
+    result = run_rxgraph("inspect", "--db", str(demo_db), "--thread", "demo-1", "--json", cwd=demo_db.parent)
     data = json.loads(result.stdout)
     checkpoints = data["checkpoints"]
     assert [c["seq"] for c in checkpoints] == list(range(10, 0, -1))
     rewind = next(c for c in checkpoints if c["source"] == "rewind")
     assert rewind["messages"] == 2 and rewind["safe"] is True
     assert {c["parent_id"] for c in checkpoints[:-1]} <= {c["id"] for c in checkpoints}
-    listing = json.loads(_rxgraph("inspect", "--db", str(demo_db), "--json", cwd=demo_db.parent).stdout)
+    listing = json.loads(run_rxgraph("inspect", "--db", str(demo_db), "--json", cwd=demo_db.parent).stdout)
     assert listing == {"threads": [{"thread_id": "demo-1", "head_seq": 10, "head_safe": True, "head_source": "loop"}]}
 
 
@@ -108,7 +87,7 @@ def test_check_reports_integrity_and_unsafe_heads(tmp_path: Path) -> None:
     app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
     app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))
     saver.close()
-    result = _rxgraph("check", "--db", str(db), cwd=tmp_path)
+    result = run_rxgraph("check", "--db", str(db), cwd=tmp_path)
     assert result.returncode == 0
     assert "integrity check: ok" in result.stdout
     assert "2 thread(s), 1 whose head cannot take new input (their message history is incomplete)\n" in result.stdout
@@ -117,7 +96,7 @@ def test_check_reports_integrity_and_unsafe_heads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["inspect", "check"])
 def test_a_missing_file_is_an_error_and_is_not_created(tmp_path: Path, command: str) -> None:
-    result = _rxgraph(command, "--db", "nope.db", cwd=tmp_path)
+    result = run_rxgraph(command, "--db", "nope.db", cwd=tmp_path)
     assert result.returncode == 1
     assert f"rxgraph {command}: error: no such database file: nope.db" in result.stderr
     assert not (tmp_path / "nope.db").exists()
@@ -130,25 +109,25 @@ def test_a_database_that_is_not_rxgraphs_is_an_error(tmp_path: Path, command: st
     connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
     connection.commit()
     connection.close()
-    result = _rxgraph(command, "--db", str(other), cwd=tmp_path)
+    result = run_rxgraph(command, "--db", str(other), cwd=tmp_path)
     assert result.returncode == 1
     assert "error:" in result.stderr and "rxgraph" in result.stderr
     text_file = tmp_path / "notes.txt"
     text_file.write_text("hello, this is not a database\n" * 100)
-    result = _rxgraph(command, "--db", str(text_file), cwd=tmp_path)
+    result = run_rxgraph(command, "--db", str(text_file), cwd=tmp_path)
     assert result.returncode == 1 and "error:" in result.stderr
 
 
 def test_an_unknown_thread_is_an_error(demo_db: Path) -> None:
-    result = _rxgraph("inspect", "--db", str(demo_db), "--thread", "nobody", cwd=demo_db.parent)
+    result = run_rxgraph("inspect", "--db", str(demo_db), "--thread", "nobody", cwd=demo_db.parent)
     assert result.returncode == 1
     assert "no thread 'nobody'" in result.stderr and "demo-1" in result.stderr
 
 
 def test_usage_errors_exit_with_2(tmp_path: Path) -> None:
-    assert _rxgraph(cwd=tmp_path).returncode == 2
-    assert _rxgraph("inspect", cwd=tmp_path).returncode == 2
-    assert _rxgraph("frobnicate", cwd=tmp_path).returncode == 2
+    assert run_rxgraph(cwd=tmp_path).returncode == 2
+    assert run_rxgraph("inspect", cwd=tmp_path).returncode == 2
+    assert run_rxgraph("frobnicate", cwd=tmp_path).returncode == 2
 
 
 def _two_threads_one_head_damaged(folder: Path) -> Path:
@@ -188,21 +167,21 @@ def _two_threads_one_head_damaged(folder: Path) -> Path:
 
 def test_inspect_lists_every_thread_and_marks_one_whose_head_cannot_be_read(tmp_path: Path) -> None:
     db = _two_threads_one_head_damaged(tmp_path)
-    result = _rxgraph("inspect", "--db", str(db), cwd=tmp_path)
+    result = run_rxgraph("inspect", "--db", str(db), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["THREAD", "HEAD", "SEQ", "HEAD", "SAFE"]
     assert lines[1].split()[:4] == ["bad", "2", "-", "UNREADABLE:"]
     assert "bad-2" in lines[1] and "cannot be decoded" in lines[1]
     assert lines[2].split() == ["good", "2", "loop", "yes"]
-    listing = json.loads(_rxgraph("inspect", "--db", str(db), "--json", cwd=tmp_path).stdout)
+    listing = json.loads(run_rxgraph("inspect", "--db", str(db), "--json", cwd=tmp_path).stdout)
     bad, good = listing["threads"]
     assert good == {"thread_id": "good", "head_seq": 2, "head_safe": True, "head_source": "loop"}
     assert bad["thread_id"] == "bad" and bad["head_seq"] == 2
     assert bad["head_safe"] is None and bad["head_source"] is None
     assert "bad-2" in bad["error"] and "cannot be decoded" in bad["error"]
     # `check` agrees on which thread is damaged.
-    check = _rxgraph("check", "--db", str(db), cwd=tmp_path)
+    check = run_rxgraph("check", "--db", str(db), cwd=tmp_path)
     assert check.returncode == 0 and "bad: the head cannot be read" in check.stdout
 
 
@@ -210,12 +189,12 @@ def test_check_and_inspect_read_a_file_whose_name_looks_like_part_of_a_uri(tmp_p
     db = _two_threads_one_head_damaged(tmp_path)
     odd = db.with_name("chat #1?mode=rwc.db")
     db.rename(odd)
-    check = _rxgraph("check", "--db", str(odd), cwd=tmp_path)
+    check = run_rxgraph("check", "--db", str(odd), cwd=tmp_path)
     assert check.returncode == 0, check.stderr
     assert "integrity check: ok" in check.stdout
     # The check read that very file: it did not open (and create) one named by what comes before the '#'.
     assert all(path.name.startswith(odd.name) for path in tmp_path.iterdir())
-    inspect = _rxgraph("inspect", "--db", str(odd), "--json", cwd=tmp_path)
+    inspect = run_rxgraph("inspect", "--db", str(odd), "--json", cwd=tmp_path)
     assert inspect.returncode == 0, inspect.stderr
     assert [row["head_seq"] for row in json.loads(inspect.stdout)["threads"]] == [2, 2]
 

@@ -10,24 +10,17 @@ import contextlib
 import io
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _support import run_rxgraph
 
-import rxgraph
 from rxgraph import Checkpoint
 from rxgraph.checkpoint import SqliteSaver
 from rxgraph.cli import main
 from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
-
-_ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
-}
 
 FAILURE = "ValueError: report needs a total"
 # An error whose message spans lines, as UnsafeHistoryError's does.
@@ -35,18 +28,6 @@ UNSAFE = (
     "UnsafeHistoryError: message history is not a valid request body (1 violation):\n"
     "message 1: history ends with call ids ['c1'] of the assistant message at index 1 still pending (rule 4)"
 )
-
-
-def _rxgraph(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rxgraph", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=_ENV,
-        timeout=120,
-        check=False,
-    )
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -136,7 +117,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_inspect_shows_next_as_a_column_and_a_failed_runs_error_below_its_checkpoint(db: Path) -> None:
-    result = _rxgraph("inspect", "--db", str(db), "--thread", "orders", cwd=db.parent)
+    result = run_rxgraph("inspect", "--db", str(db), "--thread", "orders", cwd=db.parent)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["SEQ", "ID", "PARENT", "NODE", "NEXT", "SOURCE", "RUN", "MSGS", "SAFE"]
@@ -165,7 +146,9 @@ def test_inspect_json_has_next_and_error(db: Path) -> None:
 
 
 def test_inspect_one_checkpoint_prints_its_metadata_and_values_as_json(db: Path) -> None:
-    result = _rxgraph("inspect", "--db", str(db), "--thread", "orders", "--checkpoint", "orders-failed", cwd=db.parent)
+    result = run_rxgraph(
+        "inspect", "--db", str(db), "--thread", "orders", "--checkpoint", "orders-failed", cwd=db.parent
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)  # strict JSON: no NaN or Infinity in it
     assert document["values"] == {
@@ -221,7 +204,7 @@ def test_inspect_a_checkpoint_needs_its_thread(db: Path) -> None:
 
 
 def test_check_words_its_verdict_for_workflows_and_lists_failed_runs(db: Path) -> None:
-    result = _rxgraph("check", "--db", str(db), cwd=db.parent)
+    result = run_rxgraph("check", "--db", str(db), cwd=db.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"integrity check: ok ({db})",
