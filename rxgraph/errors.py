@@ -12,6 +12,7 @@
     │   ├── RouteError (GraphValidationError)      a route chose a target the graph has not    .node .label
     │   ├── InvalidUpdateError (TypeError)         a node returned or streamed something that is no update  .node
     │   ├── MaxIterationsError                     an agent's model kept calling tools   .max_iterations
+    │   ├── ModelAPIError                          the chat model's API refused or failed   .status_code .body
     │   ├── ThreadBusyError                        another run holds the thread          .thread_id .run_id
     │   ├── RunInterruptedError                    a newer run took the thread   .thread_id .run_id .by_run_id
     │   └── DeadlockError (RuntimeError)           a blocking call would wait for itself
@@ -55,6 +56,7 @@ __all__ = [
     "InvalidUpdateError",
     "MaxIterationsError",
     "MessageFormatError",
+    "ModelAPIError",
     "RouteError",
     "RunError",
     "RunInterruptedError",
@@ -161,6 +163,21 @@ class MaxIterationsError(RunError):
     def __init__(self, message: str, *, max_iterations: int) -> None:
         super().__init__(message)
         self.max_iterations = max_iterations
+
+
+class ModelAPIError(RunError):
+    """The chat model's API answered with an error, or the connection to it failed. ``status_code`` is the HTTP
+    status (None when there was no response), ``body`` what the API said (its JSON error object when it sent one),
+    ``provider`` the adapter's name for the API. A 400 about the request itself (a context too long, a message
+    sequence it rejects) will not go away by retrying; a 429 or a 5xx may."""
+
+    def __init__(
+        self, message: str, *, status_code: int | None, body: object = None, provider: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+        self.provider = provider
 
 
 class ThreadBusyError(RunError):
