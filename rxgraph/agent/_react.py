@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import reactivex as rx
@@ -198,6 +198,29 @@ class ReactAgent:
             Exception: whatever the turn failed with (see ``stream``): ``MaxIterationsError``, the model's error...
         """
         final = self.graph.invoke({"messages": _user_messages(input)}, self._config(config))
+        answer = final["messages"][-1]
+        assert isinstance(answer, AssistantMessage)
+        return answer
+
+    def astream(self, input: AgentInput, config: RunnableConfig | None = None) -> AsyncIterator[RunOutput]:
+        """``stream`` for asyncio code: the turn's outputs as an async iterator, its work kept off the event loop
+        (see ``CompiledGraph.astream``). Leaving the ``async for`` or cancelling the task cancels (and rewinds) the
+        turn.
+
+        Raises:
+            InvalidArgumentError: as for ``stream``.
+            InvalidTypeError: as for ``stream``.
+        """
+        return self.graph.astream({"messages": _user_messages(input)}, self._config(config))
+
+    async def ainvoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
+        """``invoke`` for asyncio code: await one turn, off the event loop, and return the model's final answer.
+        Cancelling the awaiting task cancels (and rewinds) the turn.
+
+        Raises:
+            Exception: whatever the turn failed with (see ``stream``).
+        """
+        final = await self.graph.ainvoke({"messages": _user_messages(input)}, self._config(config))
         answer = final["messages"][-1]
         assert isinstance(answer, AssistantMessage)
         return answer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -27,7 +27,8 @@ from ..errors import (
     InvalidTypeError,
 )
 from ..rx import do_finally, do_on_cancel
-from ..rx._awaitable import loop_of_scheduler
+from ..rx._async_iterator import to_async_iterator
+from ..rx._awaitable import loop_of_scheduler, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
@@ -129,6 +130,45 @@ class CompiledGraph:
         if errors:
             raise errors[0]
         return dict(final[0])
+
+    def astream(
+        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+    ) -> AsyncIterator[RunOutput]:
+        """The run's outputs as an async iterator, for asyncio code: ``async for output in graph.astream(...)``.
+
+        The same run as ``stream`` (one per iteration), kept off the event loop: without a scheduler in the config,
+        its work — sync nodes and tools, saver I/O — runs on a pool of worker threads, and only the outputs come to
+        the loop (queued, unbounded: a slow consumer loses nothing). ``async def`` nodes and tools are awaited on the
+        caller's loop. Leaving the ``async for``, closing the iterator or cancelling the task that iterates cancels
+        the run; the iterator's cleanup returns once the run has been torn down (and rewound). See
+        ``rxgraph.rx.to_async_iterator``.
+
+        Raises:
+            InvalidTypeError: ``config`` is not a ``RunnableConfig``.
+            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread.
+            Exception: whatever the run fails with, from the ``async for``.
+        """
+        return to_async_iterator(self._stream(input, self._off_the_loop(config), None))
+
+    async def ainvoke(
+        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+    ) -> dict[str, Any]:
+        """``invoke`` for asyncio code: await the run's end, off the event loop (see ``astream``), and return the
+        final state's values. Cancelling the awaiting task cancels (and rewinds) the run.
+
+        Raises:
+            Exception: whatever the run failed with.
+        """
+        final: list[Mapping[str, Any]] = []
+        async for _ in to_async_iterator(self._stream(input, self._off_the_loop(config), final.append)):
+            pass
+        return dict(final[0])
+
+    def _off_the_loop(self, config: RunnableConfig | None) -> RunnableConfig:
+        config = self._check_config(config)
+        if config.scheduler is None:
+            config = config.model_copy(update={"scheduler": worker_pool()})
+        return config
 
     def _stream(
         self,

@@ -10,13 +10,25 @@ from typing import TypeVar
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
+from reactivex.scheduler import ThreadPoolScheduler
 
-__all__ = ["background_loop", "from_awaitable", "loop_of_scheduler"]
+__all__ = ["background_loop", "from_awaitable", "loop_of_scheduler", "worker_pool"]
 
 _T = TypeVar("_T")
 
 _background: asyncio.AbstractEventLoop | None = None
 _background_lock = threading.Lock()
+_pool: ThreadPoolScheduler | None = None
+
+
+def worker_pool() -> ThreadPoolScheduler:
+    """The pool of worker threads rxgraph runs a run's work on when asyncio code awaits it (``astream``,
+    ``ainvoke``) without a scheduler of its own: sync nodes and tools, and saver I/O, never on the event loop."""
+    global _pool
+    with _background_lock:
+        if _pool is None:
+            _pool = ThreadPoolScheduler()
+        return _pool
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
