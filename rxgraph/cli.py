@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import math
 import os
 import sqlite3
 import sys
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import BaseModel
-
+from ._json import checkpoint_metadata, to_json
 from .checkpoint import Checkpoint, CheckpointSaver
 from .errors import CheckpointDecodeError, RxGraphError
 
@@ -125,25 +122,6 @@ def _open(db: str) -> Any:
     return SqliteSaver(path)
 
 
-def _summary(checkpoint: Checkpoint) -> dict[str, Any]:
-    messages = checkpoint.values.get("messages")
-    return {
-        "seq": checkpoint.seq,
-        "id": checkpoint.id,
-        "parent_id": checkpoint.parent_id,
-        "node": checkpoint.node,
-        "next": list(checkpoint.next),
-        "source": checkpoint.source,
-        "run_id": checkpoint.run_id,
-        "created_at": checkpoint.created_at.isoformat(),
-        "messages": len(messages) if messages is not None else None,
-        "safe": checkpoint.safe,
-        "unsafe_reason": checkpoint.unsafe_reason,
-        "rolled_back_from": checkpoint.rolled_back_from,
-        "error": checkpoint.error,
-    }
-
-
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     saver = _open(args.db)
     try:
@@ -194,15 +172,15 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             return 0
         if args.checkpoint is not None:
             checkpoint = _find_checkpoint(saver, args.db, args.thread, args.checkpoint)
-            document = {"metadata": {"thread_id": checkpoint.thread_id, **_summary(checkpoint)}}
-            document["values"] = {key: _jsonable(value) for key, value in checkpoint.values.items()}
+            document = {"metadata": {"thread_id": checkpoint.thread_id, **checkpoint_metadata(checkpoint)}}
+            document["values"] = {key: to_json(value) for key, value in checkpoint.values.items()}
             json.dump(document, out, indent=2, allow_nan=False)
             out.write("\n")
             return 0
         checkpoints = saver.list(args.thread)
         if not checkpoints:
             raise _no_thread(saver, args.db, args.thread)
-        summaries = [_summary(c) for c in checkpoints]
+        summaries = [checkpoint_metadata(c) for c in checkpoints]
         if args.json:
             json.dump({"thread_id": args.thread, "checkpoints": summaries}, out, indent=2)
             out.write("\n")
@@ -308,26 +286,6 @@ def _find_checkpoint(saver: CheckpointSaver, db: str, thread: str, wanted: str) 
             f"`rxgraph inspect --db {db} --thread {thread}` lists their ids)"
         )
     return matches[0]
-
-
-def _jsonable(value: Any) -> Any:
-    """A stored value as plain JSON, for reading (the --help of ``inspect`` says how each type is shown)."""
-    if isinstance(value, BaseModel):
-        return _jsonable(value.model_dump(mode="json"))
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, bytes | bytearray):
-        return {"$bytes": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, Set):
-        items = [_jsonable(v) for v in value]
-        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-    if isinstance(value, Sequence):
-        return [_jsonable(v) for v in value]
-    return {"$repr": repr(value)}
 
 
 def _continued(text: str, indent: str) -> str:
