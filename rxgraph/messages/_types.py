@@ -2,6 +2,9 @@
 
 Every message is a frozen pydantic model: checkpoints share message objects between versions of a thread's
 state, so a message must never change after it has been created. Frozen models are also hashable.
+
+A message's fields are stored in checkpoints as they are (see ``rxgraph.checkpoint``); what reaches a chat API is
+``rxgraph.messages.to_openai``'s business, which says what each field becomes on the wire.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ __all__ = [
     "AssistantMessage",
     "Message",
     "SystemMessage",
+    "TokenUsage",
     "ToolCall",
     "ToolMessage",
     "UserMessage",
@@ -41,22 +45,42 @@ class ToolCall(BaseModel):
     arguments: str
 
 
-class SystemMessage(BaseModel):
-    """Instructions for the model, usually the first message of a conversation."""
+class TokenUsage(BaseModel):
+    """The tokens one model call used, as the API reported them: the request's (``prompt_tokens``), the answer's
+    (``completion_tokens``, reasoning included) and their sum as the API counts it (``total_tokens``)."""
 
     model_config = _FROZEN
 
-    role: Literal["system"] = "system"
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+    total_tokens: int = Field(ge=0)
+
+
+class SystemMessage(BaseModel):
+    """Instructions for the model, usually the first message of a conversation.
+
+    ``role`` is ``"system"``, or ``"developer"``: the name newer OpenAI models give the same kind of message. A
+    developer message is a system message everywhere in rxgraph (the sequence rules, the agent) and keeps its role
+    on the wire, so a history read with ``from_openai`` is sent back as it came. ``name`` is the API's optional
+    participant name.
+    """
+
+    model_config = _FROZEN
+
+    role: Literal["system", "developer"] = "system"
     content: str
+    name: str | None = None
 
 
 class UserMessage(BaseModel):
-    """A message written by the end user."""
+    """A message written by the end user. ``name`` is the API's optional participant name (to tell several users
+    apart)."""
 
     model_config = _FROZEN
 
     role: Literal["user"] = "user"
     content: str
+    name: str | None = None
 
 
 class AssistantMessage(BaseModel):
@@ -64,6 +88,10 @@ class AssistantMessage(BaseModel):
 
     ``tool_calls`` accepts any sequence on input and is stored as a tuple. Call ids must be unique within the
     message, because each tool response names the call it answers by id.
+
+    ``refusal`` is the model's refusal text, when it refused (OpenAI streams it apart from ``content``); ``name``
+    the API's optional participant name; ``usage`` the tokens the call that produced the message used, when the
+    model reported them (it is not sent back to the model).
     """
 
     model_config = _FROZEN
@@ -71,6 +99,9 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = None
+    name: str | None = None
+    usage: TokenUsage | None = None
 
     @field_validator("tool_calls")
     @classmethod
@@ -87,7 +118,9 @@ class ToolMessage(BaseModel):
     """The result of one tool call, linked to the call by ``tool_call_id``.
 
     ``is_error`` marks a result that reports a failure of the tool. It is kept for the application's own use
-    (routing, retries, display); chat wire formats have no such field.
+    (routing, retries, display); chat wire formats have no such field. ``name`` is the name of the tool that
+    answered, kept for the same use: the Chat Completions API has no such field either (the call id says which call
+    it answers), so neither goes on the wire.
     """
 
     model_config = _FROZEN

@@ -8,6 +8,7 @@ from rxgraph.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TokenUsage,
     ToolCall,
     ToolMessage,
     UserMessage,
@@ -55,7 +56,7 @@ def test_to_openai_renders_the_wire_format() -> None:
                 },
             ],
         },
-        {"role": "tool", "tool_call_id": "call_b", "content": "sunny", "name": "weather"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "sunny"},
         {"role": "tool", "tool_call_id": "call_a", "content": "rain"},
         {"role": "assistant", "content": "Rain in Paris, sun in Rome."},
         {
@@ -68,9 +69,60 @@ def test_to_openai_renders_the_wire_format() -> None:
     ]
 
 
-def test_round_trip_preserves_messages() -> None:
+def test_round_trip_preserves_messages_but_the_tool_name() -> None:
     messages = _conversation()
-    assert from_openai(to_openai(messages)) == messages
+    unnamed = [m.model_copy(update={"name": None}) if isinstance(m, ToolMessage) else m for m in messages]
+    assert unnamed != messages
+    assert from_openai(to_openai(messages)) == unnamed
+
+
+def test_a_tool_message_keeps_its_name_in_the_model_but_not_on_the_wire() -> None:
+    message = ToolMessage(tool_call_id="c1", content="sunny", name="weather")
+    assert to_openai([message]) == [{"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    # A name that arrives anyway (older clients sent one) is read.
+    assert from_openai([{"role": "tool", "tool_call_id": "c1", "content": "sunny", "name": "weather"}]) == [message]
+
+
+def test_names_of_participants_go_both_ways() -> None:
+    messages: list[Message] = [
+        SystemMessage(content="s", name="policy"),
+        UserMessage(content="hi", name="alice"),
+        AssistantMessage(content="hello", name="helper"),
+    ]
+    wire = to_openai(messages)
+    assert wire == [
+        {"role": "system", "content": "s", "name": "policy"},
+        {"role": "user", "content": "hi", "name": "alice"},
+        {"role": "assistant", "content": "hello", "name": "helper"},
+    ]
+    assert from_openai(wire) == messages
+
+
+def test_a_developer_message_is_a_system_message_that_keeps_its_role() -> None:
+    [message] = from_openai([{"role": "developer", "content": "be brief", "name": "ops"}])
+    assert message == SystemMessage(role="developer", content="be brief", name="ops")
+    assert to_openai([message]) == [{"role": "developer", "content": "be brief", "name": "ops"}]
+
+
+def test_a_refusal_is_kept_both_ways() -> None:
+    response_message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    [message] = from_openai([response_message])
+    assert message == AssistantMessage(refusal="I can't help with that.")
+    assert to_openai([message]) == [{"role": "assistant", "content": "", "refusal": "I can't help with that."}]
+    assert from_openai(to_openai([message])) == [message]
+
+
+def test_refusal_parts_of_an_assistant_message_go_to_its_refusal() -> None:
+    entry: dict[str, Any] = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Partly:"}, {"type": "refusal", "refusal": "no more"}],
+    }
+    assert from_openai([entry]) == [AssistantMessage(content="Partly:", refusal="no more")]
+
+
+def test_usage_is_not_sent_back() -> None:
+    message = AssistantMessage(content="hi", usage=TokenUsage(prompt_tokens=3, completion_tokens=1, total_tokens=4))
+    assert to_openai([message]) == [{"role": "assistant", "content": "hi"}]
 
 
 def test_empty_list_round_trips() -> None:
@@ -105,15 +157,17 @@ def test_from_openai_reads_missing_content_as_empty_text() -> None:
     assert from_openai(payload) == [AssistantMessage(tool_calls=(ToolCall(id="c1", name="f", arguments="{}"),))]
 
 
-def test_from_openai_joins_text_content_parts() -> None:
+def test_from_openai_joins_text_content_parts_with_newlines() -> None:
     payload: list[dict[str, Any]] = [
-        {"role": "system", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+        {"role": "system", "content": [{"type": "text", "text": "be brief."}, {"type": "text", "text": "be kind."}]},
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
         {"role": "tool", "tool_call_id": "c1", "content": []},
     ]
     assert from_openai(payload) == [
-        SystemMessage(content="be brief"),
+        SystemMessage(content="be brief.\nbe kind."),
         UserMessage(content="hello"),
+        AssistantMessage(content="a\nb"),
         ToolMessage(tool_call_id="c1", content=""),
     ]
 
@@ -158,11 +212,17 @@ def _tool_call(**overrides: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("entry", "match"),
     [
-        ({"role": "developer", "content": "x"}, "unknown role 'developer'"),
+        ({"role": "narrator", "content": "x"}, "unknown role 'narrator'"),
         ({"role": "function", "name": "f", "content": "x"}, "'function' role is not supported"),
         ({"content": "x"}, "missing 'role'"),
         ({"role": "user", "content": 3}, "'content' must be"),
-        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "type 'image_url'"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "is an image"),
+        ({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, "text only"),
+        ({"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}, "is a file"),
+        ({"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}, "type 'refusal'"),
+        ({"role": "assistant", "content": [{"type": "refusal"}]}, "no string 'refusal'"),
+        ({"role": "assistant", "content": "x", "refusal": 3}, "'refusal' must be a string or null"),
+        ({"role": "user", "content": "x", "name": 3}, "'name' must be a string or null"),
         ({"role": "user", "content": ["plain"]}, "content part 0 must be an object"),
         ({"role": "user", "content": [{"type": "text"}]}, "no string 'text'"),
         ({"role": "tool", "content": "x"}, "'tool_call_id' must be a string"),

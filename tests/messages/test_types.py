@@ -1,7 +1,15 @@
 import pydantic
 import pytest
 
-from rxgraph.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from rxgraph.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    TokenUsage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from rxgraph.messages._types import MESSAGE_ADAPTER, MESSAGES_ADAPTER, parse_message, parse_messages
 
 
@@ -41,7 +49,27 @@ def test_role_cannot_be_changed_to_another_value() -> None:
 
 def test_unknown_fields_are_rejected() -> None:
     with pytest.raises(pydantic.ValidationError):
-        UserMessage(content="hi", name="bob")  # type: ignore[call-arg]
+        UserMessage(content="hi", nickname="bob")  # type: ignore[call-arg]
+
+
+def test_new_fields_default_to_none() -> None:
+    assert SystemMessage(content="s").name is None and UserMessage(content="u").name is None
+    message = AssistantMessage()
+    assert message.refusal is None and message.name is None and message.usage is None
+
+
+def test_a_system_message_may_be_a_developer_message() -> None:
+    assert parse_message({"role": "developer", "content": "x"}) == SystemMessage(role="developer", content="x")
+    with pytest.raises(pydantic.ValidationError):
+        SystemMessage(role="user", content="x")  # type: ignore[arg-type]
+
+
+def test_token_usage_is_frozen_and_counts_are_not_negative() -> None:
+    usage = TokenUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
+    with pytest.raises(pydantic.ValidationError):
+        usage.total_tokens = 4  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        TokenUsage(prompt_tokens=-1, completion_tokens=0, total_tokens=0)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +140,7 @@ def test_adapters_validate_single_messages_and_lists() -> None:
 
 def test_parsing_an_unknown_role_fails() -> None:
     with pytest.raises(pydantic.ValidationError):
-        parse_message({"role": "developer", "content": "x"})
+        parse_message({"role": "narrator", "content": "x"})
 
 
 def test_parsing_without_role_fails() -> None:
@@ -128,7 +156,14 @@ def test_parsing_keeps_existing_message_instances() -> None:
 def test_messages_round_trip_through_json() -> None:
     messages: list[Message] = [
         UserMessage(content="u"),
-        AssistantMessage(content="thinking", tool_calls=(_call("c1"),)),
+        AssistantMessage(
+            content="thinking",
+            tool_calls=(_call("c1"),),
+            name="helper",
+            usage=TokenUsage(prompt_tokens=5, completion_tokens=2, total_tokens=7),
+        ),
         ToolMessage(tool_call_id="c1", content="r", name="lookup"),
+        AssistantMessage(refusal="no"),
+        SystemMessage(role="developer", content="d", name="ops"),
     ]
     assert MESSAGES_ADAPTER.validate_json(MESSAGES_ADAPTER.dump_json(messages)) == messages
