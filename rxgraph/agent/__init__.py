@@ -3,7 +3,7 @@
 Their errors (``MaxIterationsError``, ``ToolInputError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
 """
 
-from ._model import ChatChunk, ChatModel, ToolCallDelta, ToolSpec, merge_chunks
+from ._model import ChatChunk, ChatModel, TokenUsage, ToolCallDelta, ToolSpec, merge_chunks
 from ._react import AgentInput, ReactAgent
 from ._tools import Tool, tool
 
@@ -12,6 +12,7 @@ __all__ = [
     "ChatChunk",
     "ChatModel",
     "ReactAgent",
+    "TokenUsage",
     "Tool",
     "ToolCallDelta",
     "ToolSpec",

@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from reactivex import Observable
 
 from ..errors import InvalidTypeError, MessageFormatError
-from ..messages._types import AssistantMessage, Message, ToolCall
+from ..messages._types import AssistantMessage, Message, TokenUsage, ToolCall
 
-__all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
+__all__ = ["ChatChunk", "ChatModel", "TokenUsage", "ToolCallDelta", "ToolSpec", "merge_chunks"]
 
 
 class ToolCallDelta(BaseModel):
@@ -31,13 +31,20 @@ class ToolCallDelta(BaseModel):
 
 class ChatChunk(BaseModel):
     """One streamed piece of a model's answer: some text, some tool-call deltas, and on the last one the reason the
-    model stopped (``"stop"``, ``"tool_calls"``, ``"length"``...)."""
+    model stopped (``"stop"``, ``"tool_calls"``, ``"length"``...).
+
+    ``refusal`` is a piece of the model's refusal text (OpenAI streams it apart from the content). ``usage`` is the
+    tokens the whole call used, on the chunk that reports them (OpenAI sends them last, in a chunk of their own,
+    when asked to with ``stream_options={"include_usage": True}``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     content: str = ""
     tool_calls: tuple[ToolCallDelta, ...] = ()
     finish_reason: str | None = None
+    refusal: str = ""
+    usage: TokenUsage | None = None
 
 
 class ToolSpec(BaseModel):
@@ -82,9 +89,10 @@ class ChatModel(Protocol):
 def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
     """Merge a model's streamed chunks into one ``AssistantMessage``.
 
-    Text is concatenated in order. Tool-call deltas are grouped by ``index`` (calls may interleave): the id and
-    name come from the first delta that has them, the arguments are the concatenation of every delta's piece.
-    Calls are ordered by index.
+    Text is concatenated in order, and so is refusal text (the message's ``refusal`` stays None when no chunk
+    had any). Tool-call deltas are grouped by ``index`` (calls may interleave): the id and name come from the first
+    delta that has them, the arguments are the concatenation of every delta's piece. Calls are ordered by index.
+    The message's ``usage`` is the last one a chunk reported (some APIs repeat a running total on every chunk).
 
     Args:
         chunks: the chunks, in the order the model streamed them.
@@ -94,6 +102,8 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
         InvalidTypeError: an element is not a ``ChatChunk``.
     """
     text: list[str] = []
+    refusal: list[str] = []
+    usage: TokenUsage | None = None
     calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]
     for chunk in chunks:
         if not isinstance(chunk, ChatChunk):
@@ -102,6 +112,10 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
             )
         if chunk.content:
             text.append(chunk.content)
+        if chunk.refusal:
+            refusal.append(chunk.refusal)
+        if chunk.usage is not None:
+            usage = chunk.usage
         for delta in chunk.tool_calls:
             call = calls.get(delta.index)
             if call is None:
@@ -119,4 +133,9 @@ def merge_chunks(chunks: Sequence[ChatChunk]) -> AssistantMessage:
             missing = "an id" if not call_id else "a name"
             raise MessageFormatError(f"the model streamed tool call #{index} without {missing}", index=index)
         tool_calls.append(ToolCall(id=call_id, name=name, arguments="".join(pieces)))
-    return AssistantMessage(content="".join(text), tool_calls=tuple(tool_calls))
+    return AssistantMessage(
+        content="".join(text),
+        tool_calls=tuple(tool_calls),
+        refusal="".join(refusal) if refusal else None,
+        usage=usage,
+    )

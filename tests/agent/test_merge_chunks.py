@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rxgraph.agent import ChatChunk, ToolCallDelta, merge_chunks
+from rxgraph.agent import ChatChunk, TokenUsage, ToolCallDelta, merge_chunks
 from rxgraph.errors import InvalidTypeError, MessageFormatError
 from rxgraph.messages import ToolCall
 from rxgraph.testing import finish, text, tool_call
@@ -62,3 +62,33 @@ def test_non_chunks_are_rejected() -> None:
     with pytest.raises(InvalidTypeError, match="must stream ChatChunk values, got str") as caught:
         merge_chunks(["text"])  # type: ignore[list-item]
     assert caught.value.argument == "chunks" and isinstance(caught.value, TypeError)
+
+
+def test_the_last_reported_usage_goes_on_the_message() -> None:
+    early = TokenUsage(prompt_tokens=10, completion_tokens=1, total_tokens=11)
+    final = TokenUsage(prompt_tokens=10, completion_tokens=2, total_tokens=12)
+    message = merge_chunks(
+        [
+            text(
+                "Hi",
+            ),
+            ChatChunk(content="!", usage=early),
+            finish(),
+            ChatChunk(usage=final),
+            text(""),
+        ]
+    )
+    assert message.usage == final and message.content == "Hi!"
+    assert merge_chunks([text("Hi"), finish()]).usage is None
+
+
+def test_refusal_pieces_are_joined_apart_from_the_text() -> None:
+    message = merge_chunks([ChatChunk(refusal="I can"), ChatChunk(refusal="not."), finish()])
+    assert message.refusal == "I cannot." and message.content == ""
+    assert merge_chunks([text("ok")]).refusal is None
+
+
+def test_token_usage_is_exported_by_the_agent_package_and_is_the_messages_one() -> None:
+    from rxgraph.messages import TokenUsage as FromMessages
+
+    assert TokenUsage is FromMessages
