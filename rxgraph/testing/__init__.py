@@ -6,9 +6,22 @@
   ``take_until`` (``CancellationHarness``), with a marble picture of what happened (``render_timeline``);
 - the explorer, which cancels a scenario at every point where something happens and checks that turns stay atomic
   (``explore_cancellations``, ``assert_cancellation_safe``);
-- the ``CheckpointSaver`` contract as a test suite to subclass, for your own saver (``SaverContract``).
+- the ``CheckpointSaver`` contract as a test suite to subclass, for your own saver (``SaverContract``);
+- a local OpenAI-compatible Chat Completions server that answers from a script and records how each answer ended
+  (``ChatCompletionsServer``, with ``Reply``, ``StreamedCall``, ``Refusal``, ``Pause``, ``Gate``, ``ErrorReply``,
+  ``ServedRequest``; needs the ``serve`` and ``openai`` extras).
 """
 
+from ._chat_server import (
+    ChatCompletionsServer,
+    ErrorReply,
+    Gate,
+    Pause,
+    Refusal,
+    Reply,
+    ServedRequest,
+    StreamedCall,
+)
 from ._chunks import finish, text, tool_call
 from ._explorer import ExplorationReport, Violation, assert_cancellation_safe, explore_cancellations
 from ._harness import (
@@ -32,17 +45,25 @@ from ._tools import ScriptedTool
 __all__ = [
     "CancelSpec",
     "CancellationHarness",
+    "ChatCompletionsServer",
     "DelegatingSaver",
+    "ErrorReply",
     "Event",
     "ExplorationReport",
+    "Gate",
     "ModelRequest",
+    "Pause",
     "RecordingSaver",
+    "Refusal",
+    "Reply",
     "SaverContract",
     "Script",
     "ScriptExhaustedError",
     "ScriptedChatModel",
     "ScriptedTool",
+    "ServedRequest",
     "Streamable",
+    "StreamedCall",
     "TurnRecord",
     "Violation",
     "after_checkpoint",
