@@ -1,4 +1,4 @@
-"""The ``rxgraph`` command: ``demo``, ``inspect`` and ``check``."""
+"""The ``rxgraph`` command: ``demo``, ``inspect``, ``check`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     args = parser.parse_args(argv)
     if getattr(args, "checkpoint", None) is not None and args.thread is None:
         parser.error("inspect: --checkpoint needs --thread (the thread the checkpoint belongs to)")
+    if getattr(args, "port", None) is not None and not 0 <= args.port <= 65535:
+        parser.error(f"serve: --port must be from 0 to 65535, got {args.port}")
     try:
         return int(args.handler(args, out))
     except (RxGraphError, sqlite3.DatabaseError) as error:
@@ -101,6 +103,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--db", required=True, help="an rxgraph SQLite file")
     check.set_defaults(handler=_check)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a graph or an agent over HTTP, with a chat page for agents (needs the serve extra)",
+        description=(
+            "Serve MODULE:ATTR with uvicorn until Ctrl+C: runs stream as server-sent events (POST "
+            "/threads/ID/runs/stream), a client that disconnects cancels its run, which is rewound, and GET "
+            "/threads/ID/state and /threads/ID/history read a thread; for an agent, / is a chat page. ATTR is a "
+            "CompiledGraph or a ReactAgent, or a function that takes a checkpointer and returns one: it is given a "
+            "SqliteSaver on --db, or else a MemorySaver."
+        ),
+        epilog="Try it: rxgraph serve rxgraph.examples.chat:make, then open http://127.0.0.1:8000/",
+    )
+    serve.add_argument(
+        "target",
+        metavar="MODULE:ATTR",
+        help="what to serve, e.g. rxgraph.examples.chat:make (MODULE is imported from the current directory too)",
+    )
+    serve.add_argument("--db", metavar="FILE", help="keep the threads in this SQLite file (default: in memory)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument(
+        "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
+    )
+    serve.set_defaults(handler=_serve)
     return parser
 
 
@@ -111,6 +137,73 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"--cancel-at must be >= 0, got {args.cancel_at:g}")
     run_demo(args.db, cancel_at=args.cancel_at, out=out)
     return 0
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from .serve import create_app, run_server
+    except ImportError as missing:
+        raise CliError(
+            f"serving needs the serve extra ({missing.name or missing} is not installed): pip install 'rxgraph[serve]'"
+        ) from missing
+    target, saver = _load_target(args.target, args.db)
+    try:
+        app = create_app(target)
+        where = f"in {args.db}" if args.db else "in memory"
+        address = f"http://{args.host}:{args.port}/" if args.port else "the address uvicorn shows"
+        print(f"rxgraph serve: {args.target} ({type(target).__name__}), threads {where}; open {address}", file=out)
+        out.flush()
+        run_server(app, host=args.host, port=args.port)
+    finally:
+        if saver is not None:
+            saver.close()
+    return 0
+
+
+def _load_target(spec: str, db: str | None) -> tuple[Any, Any]:
+    """The graph or agent ``MODULE:ATTR`` names, and the SQLite saver opened for it on ``db`` (to close once the
+    server has stopped; None when there is none)."""
+    import importlib
+
+    from .agent import ReactAgent
+    from .checkpoint import MemorySaver, SqliteSaver
+    from .graph import CompiledGraph
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"expected MODULE:ATTR (e.g. rxgraph.examples.chat:make), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: modules next to the user are found
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CliError(f"cannot import {module_name!r}: {error}") from error
+    for name in attribute.split("."):
+        if not hasattr(found, name):
+            raise CliError(f"{module_name!r} has no attribute {attribute!r}")
+        found = getattr(found, name)
+    servable = (CompiledGraph, ReactAgent)
+    if isinstance(found, servable):
+        if db is not None:
+            raise CliError(
+                f"--db needs a function that takes a checkpointer: {spec} is a {type(found).__name__} already, "
+                "with the checkpointer it was built with"
+            )
+        return found, None
+    if not callable(found):
+        raise CliError(f"{spec} is a {type(found).__name__}: expected a CompiledGraph, a ReactAgent or a function")
+    sqlite = SqliteSaver(db) if db is not None else None
+    try:
+        made = found(sqlite if sqlite is not None else MemorySaver())
+        if not isinstance(made, servable):
+            raise CliError(
+                f"{spec}(checkpointer) returned a {type(made).__name__}: expected a CompiledGraph or a ReactAgent"
+            )
+    except BaseException:
+        if sqlite is not None:
+            sqlite.close()
+        raise
+    return made, sqlite
 
 
 def _open(db: str) -> Any:

@@ -1,0 +1,110 @@
+"""A chat agent to serve: ``rxgraph serve rxgraph.examples.chat:make`` (then open http://127.0.0.1:8000/).
+
+Its model is scripted, so it runs anywhere without a key: it streams its answers a word at a time, and asked about
+the weather it says so, then calls ``get_weather`` — a blocking tool on a thread pool that takes a second and a
+half, long enough to press Stop while it runs and watch the turn be rewound. Each answer is a ``marbles`` script
+(``rxgraph.testing.Script``) chosen from the conversation's last message, played in real time on the run's scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from reactivex import Observable, abc
+from reactivex.scheduler import EventLoopScheduler, ThreadPoolScheduler
+
+from ..agent import ChatChunk, ReactAgent, ToolCallDelta, ToolSpec, tool
+from ..checkpoint import CheckpointSaver, MemorySaver
+from ..graph import RunInfo
+from ..messages import Message, ToolMessage, UserMessage
+from ..testing import Script, finish, text
+
+__all__ = ["ScriptedChat", "make"]
+
+_POOL = ThreadPoolScheduler(4)
+
+
+def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.12, tool_seconds: float = 1.5) -> ReactAgent:
+    """The demo agent, its threads kept in ``checkpointer`` (a new ``MemorySaver`` when None).
+
+    Args:
+        checkpointer: where the threads are stored; ``rxgraph serve --db FILE`` passes a ``SqliteSaver``.
+        pace: seconds between two streamed words.
+        tool_seconds: how long ``get_weather`` takes (it returns early, with nothing written, when the turn is
+            cancelled).
+    """
+
+    @tool(scheduler=_POOL)
+    def get_weather(city: str, run: RunInfo) -> str:
+        """Current weather for a city."""
+        if run.cancelled.wait(tool_seconds):  # blocking work that looks up from time to time
+            return "cancelled"
+        return f"{_FORECASTS[sum(map(ord, city)) % len(_FORECASTS)]} in {city}"
+
+    return ReactAgent(
+        ScriptedChat(pace),
+        tools=[get_weather],
+        checkpointer=checkpointer if checkpointer is not None else MemorySaver(),
+        system_prompt="You are a friendly assistant. Use get_weather for questions about the weather.",
+    )
+
+
+_FORECASTS = ("Sunny, 21 °C", "Light rain, 14 °C", "Cloudy, 17 °C", "Clear skies, 24 °C")
+
+
+class ScriptedChat:
+    """A scripted ``ChatModel`` that answers from the last message, in real time: a tool result is summed up, a
+    question about the weather gets a word and a ``get_weather`` call, anything else a short greeting. Every
+    request it received is in ``requests``."""
+
+    def __init__(self, pace: float) -> None:
+        self.pace = pace
+        self.requests: list[tuple[Message, ...]] = []
+        # One thread plays every answer, in order: on a pool, each value of a script would be timed on a thread of
+        # its own, and two due close together could be delivered out of order.
+        self._clock = EventLoopScheduler(exit_if_empty=True)
+
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        self.requests.append(tuple(messages))
+        script = self._script(messages[-1] if messages else None, tools)
+
+        def _subscribe(observer: abc.ObserverBase[ChatChunk], _: abc.SchedulerBase | None = None) -> abc.DisposableBase:
+            return script.observable().subscribe(observer, scheduler=self._clock)
+
+        return Observable(_subscribe)
+
+    def _script(self, last: Message | None, tools: Sequence[ToolSpec]) -> Script:
+        if isinstance(last, ToolMessage):
+            return self._play(_words(f"Here is the weather: {last.content}. Anything else?"), [finish("stop")])
+        if isinstance(last, UserMessage) and "weather" in last.content.lower() and tools:
+            city = _city(last.content)
+            arguments = json.dumps({"city": city})
+            call = ChatChunk(
+                tool_calls=(
+                    ToolCallDelta(index=0, id=f"call-{len(self.requests)}", name="get_weather", arguments=arguments),
+                )
+            )
+            return self._play(_words(f"Let me check the weather in {city}."), [call, finish("tool_calls")])
+        greeting = (
+            "Hello! I am a scripted model. Ask me about the weather in a city, and press Stop while I look it up."
+        )
+        return self._play(_words(greeting), [finish("stop")])
+
+    def _play(self, pieces: Sequence[ChatChunk], last: Sequence[ChatChunk]) -> Script:
+        """``pieces`` one every ``pace`` seconds, then ``last`` right after, and the end: ``-c000-c001-...|``."""
+        chunks = [*pieces, *last]
+        names = [f"c{i:03d}" for i in range(len(chunks))]  # "-c000": five frames a chunk
+        diagram = "".join(f"-{name}" for name in names) + "|"
+        return Script(diagram, dict(zip(names, chunks, strict=True)), timespan=self.pace / 5)
+
+
+def _words(sentence: str) -> list[ChatChunk]:
+    return [text(word) for word in re.findall(r"\S+\s*", sentence)]
+
+
+def _city(question: str) -> str:
+    """The city a weather question is about: the capitalised word after "in" (Paris if there is none)."""
+    found = re.search(r"\bin\s+([A-Z][\w-]*(?:\s+[A-Z][\w-]*)*)", question)
+    return found.group(1) if found else "Paris"
