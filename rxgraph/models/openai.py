@@ -1,0 +1,389 @@
+"""``OpenAIChatModel``: a ``ChatModel`` on the official ``openai`` client, for any OpenAI-compatible Chat Completions
+API (OpenAI, DashScope's compatible mode, vLLM, Ollama, ...). Needs the ``openai`` extra."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import openai
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+from reactivex.scheduler import NewThreadScheduler, ThreadPoolScheduler
+
+from .._arguments import check_scheduler
+from ..agent._model import ChatChunk, ToolCallDelta, ToolSpec
+from ..errors import InvalidArgumentError, InvalidTypeError, ModelAPIError
+from ..messages._openai import to_openai
+from ..messages._types import Message, TokenUsage
+from ..rx._awaitable import background_loop, loop_of_scheduler
+
+__all__ = ["OpenAIChatModel"]
+
+_OWN = ("messages", "stream", "tools", "model")
+"""Request parameters the adapter sets itself."""
+
+_TOOL_ONLY = ("tool_choice", "parallel_tool_calls")
+"""Request parameters an API refuses in a request without tools (an agent's last allowed call has none)."""
+
+_POOL_SIZE = 32
+_pool: ThreadPoolScheduler | None = None
+_pool_lock = threading.Lock()
+
+
+def _streams_pool() -> ThreadPoolScheduler:
+    """The threads the blocking client's streams are read on when the subscriber gives no pool (one per open stream,
+    at most ``_POOL_SIZE`` at a time)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolScheduler(max_workers=_POOL_SIZE)
+        return _pool
+
+
+class OpenAIChatModel:
+    """A ``ChatModel`` that streams its answers from a Chat Completions API with the official ``openai`` client.
+
+    ::
+
+        client = openai.OpenAI(base_url="https://dashscope.aliyuncs.com/compatible-mode/v1", api_key=key)
+        agent = ReactAgent(OpenAIChatModel(client, "qwen-plus", temperature=0.2), tools=[get_weather])
+
+    Each call to the model sends the history (``to_openai``: the wire format of ``rxgraph.messages``) and the tools
+    offered, with ``stream=True`` and ``stream_options={"include_usage": True}``, and emits the answer's
+    ``ChatChunk``s as they arrive: text and refusal pieces, tool-call deltas by index, the finish reason, and the
+    token usage on the chunk that reports it (``merge_chunks`` puts it on the ``AssistantMessage``). A request with
+    no tools leaves out ``tool_choice`` and ``parallel_tool_calls``, which APIs refuse without tools.
+
+    The Observable is cold: nothing is sent until it is subscribed, and **disposing the subscription closes the HTTP
+    stream**, so the server sees the client go away while it is still generating:
+
+    - with ``openai.OpenAI`` (blocking), the request is made and the stream read on a worker thread — the
+      ``scheduler`` given here, else the scheduler the stream is subscribed with when it is a thread pool
+      (``ThreadPoolScheduler`` / ``NewThreadScheduler``), else a pool of this module's own (32 threads): the
+      subscribing thread never blocks. A stream holds its thread while it is open; for many concurrent streams, use
+      the async client. Disposing shuts the connection's socket down at once (an HTTP/1.1 connection is the
+      stream's alone), which also ends the blocked read. Only a request still waiting for the response's headers,
+      or in the client's sleep between retries, finishes that first.
+    - with ``openai.AsyncOpenAI``, the request runs as a task on an event loop — the one of the ``AsyncIOScheduler``
+      it is subscribed with, else the loop running on the subscribing thread, else rxgraph's background loop — and
+      disposing cancels the task, which closes the response. Chunks arrive on that loop's thread. An async client
+      keeps connections that belong to one loop: use a client per loop.
+
+    A failed request fails the Observable with ``ModelAPIError``: ``status_code`` (None when no response came: a
+    connection refused, a timeout, a broken stream), ``body`` (the API's JSON error object, as the ``openai`` client
+    read it) and ``provider``; the client's exception is its ``__cause__``. The client's own retries
+    (``max_retries``) happen before that.
+
+    Args:
+        client: an ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a subclass, such as Azure's), with its
+            ``base_url``, key, timeout and retries as you want them.
+        model: the model's name, as the API knows it.
+        provider: the API's name in errors (``ModelAPIError.provider``); default ``"openai"``.
+        scheduler: where the blocking client reads its streams (see above).
+        **request_options: more request parameters, sent as they are: ``temperature``, ``max_tokens``,
+            ``tool_choice``, ``extra_body`` (for parameters of other APIs: ``{"enable_thinking": False}``),
+            ``extra_headers``, ``timeout``... ``stream_options`` is merged over ``{"include_usage": True}``
+            (``stream_options=None`` sends none, for APIs that refuse it).
+
+    Raises:
+        InvalidTypeError: ``client`` is not an ``openai`` client, or ``scheduler`` not a reactivex scheduler.
+        InvalidArgumentError: ``model`` is empty, ``n`` is not 1 (an agent takes one answer), or an option is one the
+            adapter sets itself (``messages``, ``stream``, ``tools``).
+    """
+
+    def __init__(
+        self,
+        client: openai.OpenAI | openai.AsyncOpenAI,
+        model: str,
+        *,
+        provider: str = "openai",
+        scheduler: abc.SchedulerBase | None = None,
+        **request_options: Any,
+    ) -> None:
+        if not isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+            raise InvalidTypeError(
+                f"client must be an openai.OpenAI or openai.AsyncOpenAI, got {type(client).__name__}",
+                argument="client",
+            )
+        if not isinstance(model, str) or not model:
+            raise InvalidArgumentError(f"model must be a non-empty string, got {model!r}", argument="model")
+        for key in _OWN:
+            if key in request_options:
+                raise InvalidArgumentError(
+                    f"{key!r} is set by OpenAIChatModel itself; it cannot be a request option", argument=key
+                )
+        if request_options.get("n", 1) != 1:
+            raise InvalidArgumentError(
+                f"n must be 1 (an agent takes one answer), got {request_options['n']!r}", argument="n"
+            )
+        self.client = client
+        self.model = model
+        self.provider = provider
+        self.scheduler = check_scheduler(scheduler, argument="scheduler")
+        options = dict(request_options)
+        if "stream_options" not in options:
+            options["stream_options"] = {"include_usage": True}
+        elif options["stream_options"] is None:
+            del options["stream_options"]
+        elif isinstance(options["stream_options"], Mapping):
+            options["stream_options"] = {"include_usage": True, **options["stream_options"]}
+        self.request_options: Mapping[str, Any] = options
+
+    def __repr__(self) -> str:
+        kind = "async" if self._is_async else "sync"
+        return f"OpenAIChatModel({self.model!r}, {kind} client at {self.client.base_url}, provider={self.provider!r})"
+
+    @property
+    def _is_async(self) -> bool:
+        return isinstance(self.client, openai.AsyncOpenAI)
+
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        """A cold Observable of the answer's chunks for one request (see the class)."""
+        messages = list(messages)
+        tools = list(tools)
+
+        def subscribe(observer: abc.ObserverBase[ChatChunk], scheduler: abc.SchedulerBase | None = None) -> Any:
+            call = _Call(observer)
+            if self._is_async:
+                loop = loop_of_scheduler(scheduler) or _running_loop() or background_loop()
+                future = asyncio.run_coroutine_threadsafe(self._read_async(call, messages, tools), loop)
+                return Disposable(lambda: call.cancel(future.cancel))
+            if self.scheduler is not None:
+                worker = self.scheduler
+            elif isinstance(scheduler, NewThreadScheduler):
+                worker = scheduler
+            else:
+                worker = _streams_pool()
+            scheduled = worker.schedule(lambda *_: self._read(call, messages, tools))
+            return Disposable(lambda: call.cancel(scheduled.dispose))
+
+        return Observable(subscribe)
+
+    def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """The parameters of the request ``stream`` sends for ``messages`` and ``tools`` (to log or check it)."""
+        params: dict[str, Any] = {**self.request_options, "model": self.model, "messages": to_openai(messages)}
+        params["stream"] = True
+        if tools:
+            params["tools"] = [spec.to_openai() for spec in tools]
+        else:
+            for key in _TOOL_ONLY:
+                params.pop(key, None)
+        return params
+
+    # -- the blocking client, on a worker thread -----------------------------------------------------------------
+
+    def _read(self, call: _Call, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> None:
+        assert isinstance(self.client, openai.OpenAI)
+        if call.cancelled:
+            return
+        try:
+            params = self.request(messages, tools)
+        except Exception as error:
+            call.fail(error)
+            return
+        try:
+            stream = self.client.chat.completions.create(**params)
+        except Exception as error:
+            call.fail(self._error(error))
+            return
+        if not call.attach(stream):
+            stream.close()  # disposed while the request was under way
+            return
+        try:
+            chunks = iter(stream)
+            while True:
+                try:
+                    raw = next(chunks)
+                except StopIteration:
+                    break
+                except Exception as error:
+                    call.fail(self._error(error))
+                    return
+                chunk = _chunk(raw)
+                if chunk is not None and not call.emit(chunk):
+                    return
+            call.complete()
+        except Exception as error:
+            call.fail(error)
+        finally:
+            call.detach()
+            stream.close()
+
+    # -- the async client, on an event loop ------------------------------------------------------------------------
+
+    async def _read_async(self, call: _Call, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> None:
+        assert isinstance(self.client, openai.AsyncOpenAI)
+        try:
+            params = self.request(messages, tools)
+        except Exception as error:
+            call.fail(error)
+            return
+        try:
+            stream = await self.client.chat.completions.create(**params)
+        except Exception as error:
+            call.fail(self._error(error))
+            return
+        try:
+            chunks = stream.__aiter__()
+            while True:
+                try:
+                    raw = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as error:
+                    call.fail(self._error(error))
+                    return
+                chunk = _chunk(raw)
+                if chunk is not None and not call.emit(chunk):
+                    return
+            call.complete()
+        except Exception as error:
+            call.fail(error)
+        finally:
+            await stream.close()
+
+    # -- errors ----------------------------------------------------------------------------------------------------
+
+    def _error(self, error: Exception) -> ModelAPIError:
+        """The client's exception as a ``ModelAPIError`` (the exception is its cause)."""
+        status: int | None = None
+        body: object = None
+        if isinstance(error, openai.APIStatusError):
+            status, body = error.status_code, error.body
+            said = body.get("message") if isinstance(body, Mapping) else None
+            detail = f"HTTP {status}: {said if isinstance(said, str) else error.message}"
+        elif isinstance(error, openai.APITimeoutError):
+            detail = "the request timed out"
+        elif isinstance(error, openai.APIConnectionError):
+            cause = error.__cause__
+            detail = f"no connection: {cause!r}" if cause is not None else f"no connection: {error.message}"
+        elif isinstance(error, openai.APIError):
+            body = error.body
+            detail = error.message
+        else:
+            detail = f"{type(error).__name__}: {error}"
+        failure = ModelAPIError(
+            f"the {self.provider} chat completions request failed: {detail}",
+            status_code=status,
+            body=body,
+            provider=self.provider,
+        )
+        failure.__cause__ = error
+        return failure
+
+
+class _Call:
+    """One subscription's request: whether it was disposed, the open stream to close, and the observer, which hears
+    nothing once the subscription is disposed."""
+
+    __slots__ = ("_lock", "_stream", "cancelled", "observer")
+
+    def __init__(self, observer: abc.ObserverBase[ChatChunk]) -> None:
+        self.observer = observer
+        self.cancelled = False
+        self._lock = threading.Lock()
+        self._stream: Any = None
+
+    def cancel(self, stop: Any) -> None:
+        with self._lock:
+            self.cancelled = True
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                _abort(stream)
+        stop()
+
+    def attach(self, stream: Any) -> bool:
+        with self._lock:
+            if self.cancelled:
+                return False
+            self._stream = stream
+            return True
+
+    def detach(self) -> None:
+        with self._lock:  # after this, cancel() leaves the stream to the reader, which closes it
+            self._stream = None
+
+    def emit(self, chunk: ChatChunk) -> bool:
+        if self.cancelled:
+            return False
+        self.observer.on_next(chunk)
+        return True
+
+    def complete(self) -> None:
+        if not self.cancelled:
+            self.observer.on_completed()
+
+    def fail(self, error: Exception) -> None:
+        if not self.cancelled:
+            self.observer.on_error(error)
+
+
+def _abort(stream: Any) -> None:
+    """End a blocking client's stream from another thread, now.
+
+    Closing the response from here would not do: the reading thread holds the socket in a blocking read, so the
+    connection stays open until the server sends more. Shutting the socket down sends the server a FIN at once and
+    ends that read; the reader then closes the stream. Only an HTTP/1.1 connection is shut down this way (it carries
+    this one stream); anything else is closed.
+    """
+    response = getattr(stream, "response", None)
+    network = response.extensions.get("network_stream") if response is not None else None
+    sock = network.get_extra_info("socket") if network is not None else None
+    if isinstance(sock, socket.socket) and getattr(response, "http_version", None) == "HTTP/1.1":
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
+        return
+    with contextlib.suppress(Exception):  # a close racing the reader's: the reader closes it again
+        stream.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _chunk(raw: Any) -> ChatChunk | None:
+    """A ``ChatCompletionChunk`` as a ``ChatChunk`` (None when it says nothing: a role-only chunk, say)."""
+    content = refusal = ""
+    calls: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
+    for choice in raw.choices or ():
+        if choice.index != 0:
+            continue
+        delta = choice.delta
+        if delta is not None:
+            content = delta.content or ""
+            refusal = getattr(delta, "refusal", None) or ""
+            calls = tuple(_call_delta(position, call) for position, call in enumerate(delta.tool_calls or ()))
+        finish_reason = choice.finish_reason
+    reported = getattr(raw, "usage", None)
+    usage = (
+        None
+        if reported is None
+        else TokenUsage(
+            prompt_tokens=reported.prompt_tokens or 0,
+            completion_tokens=reported.completion_tokens or 0,
+            total_tokens=reported.total_tokens or 0,
+        )
+    )
+    if not (content or refusal or calls or finish_reason or usage):
+        return None
+    return ChatChunk(content=content, refusal=refusal, tool_calls=calls, finish_reason=finish_reason, usage=usage)
+
+
+def _call_delta(position: int, call: Any) -> ToolCallDelta:
+    index = getattr(call, "index", None)
+    function = call.function
+    return ToolCallDelta(
+        index=index if isinstance(index, int) else position,  # some servers leave it out: their order, then
+        id=call.id or None,
+        name=(function.name or None) if function is not None else None,
+        arguments=(function.arguments or "") if function is not None else "",
+    )
