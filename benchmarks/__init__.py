@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import agent, history, safe_head, step, streaming
+from . import agent, history, safe_head, serve, step, streaming
 
 __all__ = ["BENCHMARKS"]
 
-BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in (step, history, streaming, agent, safe_head)}
+BENCHMARKS: dict[str, ModuleType] = {
+    module.NAME: module for module in (step, history, streaming, agent, safe_head, serve)
+}
 """Every benchmark by name, in the order a full run takes them."""

@@ -70,6 +70,9 @@ class Sizes:
     # safe_head: turns that must skip this many unsafe checkpoints
     safe_head_skips: tuple[int, ...]
     safe_head_repeats: int
+    # serve: concurrent streaming turns through a real HTTP server, in this many rounds per side
+    serve_turns: int
+    serve_rounds: int
     # repetitions (or turns, on a separate thread) thrown away before measuring
     warmup: int
     # half-width of the window of turns whose median is reported at a mark
@@ -96,6 +99,8 @@ FULL = Sizes(
     agent_probes=7,
     safe_head_skips=(0, 1, 100),
     safe_head_repeats=25,
+    serve_turns=200,
+    serve_rounds=3,
     warmup=3,
     window=5,
 )
@@ -113,6 +118,8 @@ QUICK = Sizes(
     agent_probes=3,
     safe_head_skips=(0, 1, 100),
     safe_head_repeats=7,
+    serve_turns=50,
+    serve_rounds=1,
     warmup=2,
     window=3,
 )
@@ -130,6 +137,8 @@ TINY = Sizes(
     agent_probes=1,
     safe_head_skips=(0, 1, 3),
     safe_head_repeats=2,
+    serve_turns=4,
+    serve_rounds=1,
     warmup=1,
     window=1,
     collect_garbage=False,

@@ -1,0 +1,272 @@
+"""The processes of the ``serve`` benchmark: ``python -m benchmarks._serve_app ROLE ...``.
+
+- ``model``: a local OpenAI-compatible model server (``rxgraph.testing.ChatCompletionsServer``) that answers a user
+  message with a tool call and a tool answer with a short streamed text.
+- ``rxgraph``: ``rxgraph.serve.create_app`` for a ``ReactAgent`` (``OpenAIChatModel`` on that model server, one
+  tool, ``SqliteSaver``) on uvicorn.
+- ``langgraph``: LangGraph's prebuilt ReAct agent (``ChatOpenAI`` on that model server, the same tool,
+  ``AsyncSqliteSaver``) behind an equivalent Starlette SSE endpoint, on uvicorn.
+
+Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The two app
+servers also answer ``GET /_stall``: the longest delay (and the 99th percentile) of a 2 ms timer on their event loop
+since the last call — how long the loop was kept from serving anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+TOOL_ARGUMENTS = '{"city": "Paris"}'
+ANSWER = ("It is ", "sunny ", "in Paris ", "today.")
+
+
+class LoopWatch:
+    """Counts the saver and tool calls of the app, and those made on the event loop's thread (each one a stall
+    caused by saver I/O or by a tool)."""
+
+    def __init__(self) -> None:
+        self.loop_thread = 0
+        self._lock = threading.Lock()
+        self.calls = {"saver": 0, "tool": 0}
+        self.on_loop = {"saver": 0, "tool": 0}
+        self.longest_on_loop_ms = 0.0
+
+    def call(self, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        on_loop = threading.get_ident() == self.loop_thread
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.calls[kind] += 1
+                if on_loop:
+                    self.on_loop[kind] += 1
+                    self.longest_on_loop_ms = max(self.longest_on_loop_ms, 1000 * (time.perf_counter() - started))
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            report = {
+                "calls": dict(self.calls),
+                "on_loop": dict(self.on_loop),
+                "longest_on_loop_ms": self.longest_on_loop_ms,
+            }
+            self.calls = dict.fromkeys(self.calls, 0)
+            self.on_loop = dict.fromkeys(self.on_loop, 0)
+            self.longest_on_loop_ms = 0.0
+        return report
+
+
+WATCH = LoopWatch()
+
+
+def weather(city: str) -> str:
+    """Current weather for a city."""
+    return WATCH.call("tool", lambda: f"Sunny in {city}")
+
+
+def _reply(body: dict[str, Any]) -> Any:
+    from rxgraph.testing import Reply, StreamedCall
+
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(*ANSWER)
+    return Reply(StreamedCall(f"call_{abs(hash(last.get('content', ''))) % 10**8}", "weather", TOOL_ARGUMENTS))
+
+
+def _in_saver_or_tool(stack: list[str]) -> bool:
+    """Whether a sampled stack of the loop thread is in the saver's code, in ``sqlite3``, or in the tool."""
+    return any("rxgraph/checkpoint/" in line or "/sqlite3/" in line or line.endswith(" weather") for line in stack)
+
+
+class StallMonitor:
+    """ASGI middleware that measures how late a 2 ms timer fires on the event loop, and reports it at ``/_stall``.
+
+    A watchdog thread samples the loop thread's stack while the timer is more than ``sample_after`` late, so each
+    long stall comes with where the loop was. A stall is put down to the saver or a tool when a sample finds the loop
+    in the saver's code, in ``sqlite3`` or in the tool; ``LoopWatch`` counts such calls exactly.
+    """
+
+    period = 0.002
+    sample_after = 0.005
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.lags: list[float] = []
+        self.episodes: dict[int, float] = {}
+        self.samples: dict[int, list[list[str]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._beat = (0, time.perf_counter())
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        WATCH.loop_thread = threading.get_ident()
+        threading.Thread(target=self._sample, daemon=True).start()
+        count = 0
+        while True:
+            count += 1
+            before = loop.time()
+            self._beat = (count, time.perf_counter())
+            await asyncio.sleep(self.period)
+            lag = max(0.0, loop.time() - before - self.period)
+            self.lags.append(lag)
+            if lag > self.sample_after:
+                self.episodes[count] = lag
+
+    def _sample(self) -> None:
+        while True:
+            time.sleep(0.001)
+            count, beat = self._beat
+            if time.perf_counter() - beat - self.period > self.sample_after:
+                frame = sys._current_frames().get(WATCH.loop_thread)
+                if frame is not None:
+                    stack = [
+                        f"{entry.filename}:{entry.lineno} {entry.name}" for entry in traceback.extract_stack(frame)
+                    ]
+                    self.samples.setdefault(count, []).append(stack)
+
+    def report(self) -> dict[str, Any]:
+        lags, self.lags = sorted(self.lags), []
+        episodes, self.episodes = self.episodes, {}
+        samples, self.samples = self.samples, {}
+        ours = [lag for count, lag in episodes.items() if any(map(_in_saver_or_tool, samples.get(count, ())))]
+        longest = max(episodes, key=episodes.__getitem__, default=None)
+        where = "no stall"
+        if longest is not None:
+            stacks = samples.get(longest)
+            where = stacks[-1][-1].rsplit("/", 1)[-1] if stacks else "not sampled"
+        return {
+            "max_ms": 1000 * lags[-1] if lags else 0.0,
+            "p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))] if lags else 0.0,
+            "ours_max_ms": 1000 * max(ours, default=0.0),
+            "longest_where": where,
+            **WATCH.report(),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._task is None and scope["type"] == "http":
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+        if scope["type"] == "http" and scope["path"] == "/_stall":
+            payload = json.dumps(self.report()).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        await self.app(scope, receive, send)
+
+
+def _rxgraph_app(model_url: str, db: str) -> ASGIApp:
+    import builtins
+
+    import openai
+
+    from rxgraph.agent import ReactAgent, tool
+    from rxgraph.checkpoint import Checkpoint, SqliteSaver
+    from rxgraph.models.openai import OpenAIChatModel
+    from rxgraph.serve import create_app
+    from rxgraph.testing import DelegatingSaver
+
+    class WatchedSaver(DelegatingSaver):
+        def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+            return WATCH.call("saver", super().get, thread_id, checkpoint_id)  # type: ignore[no-any-return]
+
+        def list(self, thread_id: str, **kwargs: Any) -> builtins.list[Checkpoint]:
+            return WATCH.call("saver", super().list, thread_id, **kwargs)  # type: ignore[no-any-return]
+
+        def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+            return WATCH.call("saver", super().put, checkpoint, expected_head=expected_head)  # type: ignore[no-any-return]
+
+        def latest_safe(self, thread_id: str, **kwargs: Any) -> Checkpoint | None:
+            return WATCH.call("saver", super().latest_safe, thread_id, **kwargs)  # type: ignore[no-any-return]
+
+    client = openai.AsyncOpenAI(base_url=model_url, api_key="bench", max_retries=0)
+    saver = WatchedSaver(SqliteSaver(db))
+    agent = ReactAgent(OpenAIChatModel(client, model="bench-model"), tools=[tool(weather)], checkpointer=saver)
+    return create_app(agent, page=False)
+
+
+def _langgraph_app(model_url: str, db: str) -> ASGIApp:
+    import contextlib
+
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.prebuilt import create_react_agent
+    from sse_starlette.sse import EventSourceResponse
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.routing import Route
+
+    # the benchmark compares with the agent LangGraph documents for this; its move to another package is only a rename
+    warnings.filterwarnings("ignore", message="create_react_agent has been moved")
+    model = ChatOpenAI(base_url=model_url, api_key="bench", model="bench-model", streaming=True, max_retries=0)  # type: ignore[arg-type]
+    holder: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncSqliteSaver.from_conn_string(db) as saver:
+            holder["agent"] = create_react_agent(model, [weather], checkpointer=saver)
+            yield
+
+    async def stream(request: Request) -> EventSourceResponse:
+        body = await request.json()
+        config = {"configurable": {"thread_id": request.path_params["thread_id"]}}
+        agent = holder["agent"]
+
+        async def events() -> AsyncIterator[dict[str, str]]:
+            async for chunk, metadata in agent.astream(
+                {"messages": [{"role": "user", "content": body["input"]}]}, config, stream_mode="messages"
+            ):
+                yield {
+                    "event": "chunk",
+                    "data": json.dumps({"node": metadata.get("langgraph_node"), "content": chunk.content}),
+                }
+            yield {"event": "end", "data": json.dumps({"thread_id": request.path_params["thread_id"]})}
+
+        return EventSourceResponse(events())
+
+    return Starlette(routes=[Route("/threads/{thread_id}/runs/stream", stream, methods=["POST"])], lifespan=lifespan)
+
+
+def _serve(app: ASGIApp) -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(StallMonitor(app), log_level="error", lifespan="auto"))
+    print(f"port {sock.getsockname()[1]}", flush=True)
+    threading.Thread(target=lambda: (sys.stdin.read(), setattr(server, "should_exit", True)), daemon=True).start()
+    server.run(sockets=[sock])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["model", "rxgraph", "langgraph"])
+    parser.add_argument("--model-url", default="")
+    parser.add_argument("--db", default="")
+    args = parser.parse_args()
+    if args.role == "model":
+        from rxgraph.testing import ChatCompletionsServer
+
+        with ChatCompletionsServer(_reply) as server:
+            print(f"port {server.port}", flush=True)
+            sys.stdin.read()
+        return
+    _serve(_rxgraph_app(args.model_url, args.db) if args.role == "rxgraph" else _langgraph_app(args.model_url, args.db))
+
+
+if __name__ == "__main__":
+    main()
