@@ -26,7 +26,7 @@ __all__ = ["ScriptedChat", "make"]
 _POOL = ThreadPoolScheduler(4)
 
 
-def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.12, tool_seconds: float = 1.5) -> ReactAgent:
+def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.06, tool_seconds: float = 1.5) -> ReactAgent:
     """The demo agent, its threads kept in ``checkpointer`` (a new ``MemorySaver`` when None).
 
     Args:

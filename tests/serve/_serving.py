@@ -1,0 +1,130 @@
+"""What the server tests share (``from serve._serving import ...``): a real uvicorn on 127.0.0.1, a saver that says
+when a rewind is written, a scripted model that says when it is called and how its answers ended, and a reader of
+server-sent events."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import uvicorn
+from reactivex import Observable
+from starlette.types import ASGIApp
+
+from rxgraph import Checkpoint, CheckpointSaver
+from rxgraph.agent import ChatChunk, ToolSpec
+from rxgraph.messages import Message
+from rxgraph.rx import SignalType, do_finally
+from rxgraph.testing import DelegatingSaver, ScriptedChatModel
+
+WAIT = 10.0
+"""Seconds a test waits for something that should happen at once, before it fails."""
+
+
+class RewindWatch(DelegatingSaver):
+    """A saver that signals every rewind written through it."""
+
+    def __init__(self, inner: CheckpointSaver) -> None:
+        super().__init__(inner)
+        self.rewinds: list[Checkpoint] = []
+        self._changed = threading.Condition()
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        stored = super().put(checkpoint, expected_head=expected_head)
+        if stored.source == "rewind":
+            with self._changed:
+                self.rewinds.append(stored)
+                self._changed.notify_all()
+        return stored
+
+    def wait_for_rewind(self, count: int = 1) -> Checkpoint:
+        """The ``count``-th rewind, once it is written."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.rewinds) >= count, WAIT):
+                raise AssertionError(f"no rewind #{count} was written within {WAIT} s (rewinds: {self.rewinds})")
+            return self.rewinds[count - 1]
+
+
+class SignallingModel(ScriptedChatModel):
+    """A ``ScriptedChatModel`` that also says when it is called and how each answer's stream ended (``ends``:
+    ``SignalType.CANCEL`` when the answer was disposed before it completed)."""
+
+    def __init__(self, scripts: Sequence[Any]) -> None:
+        super().__init__(scripts)
+        self.ends: dict[int, SignalType] = {}
+        self._changed = threading.Condition()
+
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        answer = super().stream(messages, tools)
+        call = self.calls
+
+        def ended(signal: SignalType) -> None:
+            with self._changed:
+                self.ends[call] = signal
+                self._changed.notify_all()
+
+        with self._changed:
+            self._changed.notify_all()
+        return answer.pipe(do_finally(ended))
+
+    def wait_for_calls(self, calls: int) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.calls >= calls, WAIT):
+                raise AssertionError(f"the model was called {self.calls} time(s) within {WAIT} s, not {calls}")
+
+    def wait_for_end(self, call: int) -> SignalType:
+        """How the answer to call number ``call`` (1 for the first) ended, once it has."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: call in self.ends, WAIT):
+                raise AssertionError(f"the model's answer #{call} did not end within {WAIT} s")
+            return self.ends[call]
+
+
+class _Uvicorn(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+class Server:
+    """An app served by uvicorn on 127.0.0.1 (a free port) in a thread of its own, until ``stop``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="off")
+        self._server = _Uvicorn(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+        self._thread.start()
+        if not self._server.ready.wait(WAIT):
+            self.stop()
+            raise AssertionError(f"uvicorn did not start within {WAIT} s")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(WAIT)
+        self._socket.close()
+        assert not self._thread.is_alive(), "uvicorn did not stop"
+
+
+def events(response: httpx.Response) -> Iterator[tuple[str, Any]]:
+    """The server-sent events of a streamed response, as (event, data parsed as JSON), as they arrive."""
+    name, data = "message", []
+    for line in response.iter_lines():
+        if line == "":
+            if data:
+                yield name, json.loads("\n".join(data))
+            name, data = "message", []
+        elif line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data.append(line.removeprefix("data:").removeprefix(" "))

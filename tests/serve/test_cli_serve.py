@@ -1,0 +1,96 @@
+"""``rxgraph serve MODULE:ATTR``: the demo agent served from the command line, its threads kept in ``--db``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from serve._serving import WAIT, events
+
+import rxgraph
+from rxgraph import SqliteSaver
+from rxgraph.cli import main
+
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def test_rxgraph_serve_serves_the_demo_agent_on_its_db_until_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rxgraph", "serve", "rxgraph.examples.chat:make", "--db", str(db), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env=ENV,
+    )
+    try:
+        assert server.stdout is not None
+        said = []
+        for line in server.stdout:  # ends if the server exits
+            said.append(line)
+            started = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
+            if started:
+                break
+        assert started, "".join(said)
+        url = started.group(1)
+        assert f"rxgraph serve: rxgraph.examples.chat:make (ReactAgent), threads in {db}" in "".join(said)
+
+        assert "<title>rxgraph chat</title>" in httpx.get(url + "/", timeout=WAIT).text
+        with httpx.stream("POST", url + "/threads/cli/runs/stream", json={"input": "Hi"}, timeout=WAIT) as answer:
+            got = list(events(answer))
+        assert got[-1][0] == "end"
+        assert "".join(data["chunk"]["content"] for name, data in got if name == "chunk").startswith("Hello!")
+
+        server.send_signal(signal.SIGINT)
+        rest, _ = server.communicate(timeout=WAIT)
+        assert server.returncode == 0, rest
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+    saver = SqliteSaver(db)
+    try:
+        head = saver.get("cli")
+        assert head is not None and [m.role for m in head.values["messages"]] == ["user", "assistant"]
+    finally:
+        saver.close()
+
+
+def test_rxgraph_serve_says_what_it_cannot_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "served_here.py").write_text(
+        "from rxgraph.examples.chat import make\nagent = make()\nnumber = 42\n", encoding="utf-8"
+    )
+    monkeypatch.chdir(tmp_path)  # the command imports MODULE from the current directory too
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    cases = {
+        ("served_here:agent", "--db", "x.db"): "--db needs a function that takes a checkpointer",
+        ("served_here:nothing",): "'served_here' has no attribute 'nothing'",
+        ("served_here:number",): "served_here:number is a int: expected a CompiledGraph, a ReactAgent or a function",
+        ("no_such_module:make",): "cannot import 'no_such_module'",
+        ("served_here",): "expected MODULE:ATTR",
+    }
+    try:
+        for args, message in cases.items():
+            assert main(["serve", *args]) == 1, args
+            said = capsys.readouterr()
+            assert said.out == "" and message in said.err, (args, said)
+    finally:
+        sys.modules.pop("served_here", None)
+    assert not (tmp_path / "x.db").exists()
+    with pytest.raises(SystemExit) as usage:
+        main(["serve", "served_here:agent", "--port", "70000"])
+    assert usage.value.code == 2 and "--port must be from 0 to 65535" in capsys.readouterr().err

@@ -1,0 +1,138 @@
+"""A client that goes away cancels its turn, at whatever point of the turn: the model's answer or the tool is
+disposed, the thread is rewound, and the next turn sends the model a valid request with nothing of the cut turn."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from reactivex.scheduler import ThreadPoolScheduler
+from serve._serving import WAIT, RewindWatch, Server, SignallingModel, events
+from starlette.types import ASGIApp
+
+from rxgraph import CheckpointSaver, RunInfo
+from rxgraph.agent import ReactAgent, tool
+from rxgraph.messages import AssistantMessage, UserMessage, check_request
+from rxgraph.rx import SignalType
+from rxgraph.serve import create_app
+from rxgraph.testing import finish, marbles, text, tool_call
+
+POOL = ThreadPoolScheduler(4)
+QUESTION = "Weather in Paris?"
+GREETING = [text("Hello!"), finish()]
+CALL = [tool_call("c1", "get_weather", '{"city": "Paris"}'), finish("tool_calls")]
+WELCOME = [text("You're welcome."), finish()]
+
+
+class Turn:
+    """The weather turn the client leaves, with what each phase needs: the model's scripts (a greeting turn first,
+    then the weather turn, then the next turn's answer) and a tool that can be held until the turn is cancelled."""
+
+    def __init__(self, phase: str, saver: CheckpointSaver) -> None:
+        never = marbles("-")  # an answer that has not begun: no chunk, no end
+        streaming = marbles("a-", a=text("Sunny"))  # an answer cut after its first chunk
+        scripts: dict[str, list[Any]] = {
+            "before the first output": [GREETING, never, WELCOME],
+            "while the answer streams": [GREETING, CALL, streaming, WELCOME],
+            "while the tool runs": [GREETING, CALL, WELCOME],
+            "between the tool and the answer": [GREETING, CALL, never, WELCOME],
+        }
+        self.model = SignallingModel(scripts[phase])
+        self.tool_started = threading.Event()
+        self.tool_saw_cancel = threading.Event()
+        hold = phase == "while the tool runs"
+
+        @tool(scheduler=POOL)
+        def get_weather(city: str, run: RunInfo) -> str:
+            """Current weather for a city."""
+            self.tool_started.set()
+            if hold and run.cancelled.wait(WAIT):
+                self.tool_saw_cancel.set()
+            return f"Sunny in {city}"
+
+        self.agent = ReactAgent(self.model, tools=[get_weather], checkpointer=saver)
+
+
+def complete_turn(server: Server, text: str) -> list[tuple[str, Any]]:
+    with (
+        httpx.Client(base_url=server.url, timeout=WAIT) as client,
+        client.stream("POST", "/threads/t/runs/stream", json={"input": text}) as response,
+    ):
+        return list(events(response))
+
+
+def leave(server: Server, turn: Turn, phase: str) -> None:
+    """Start the weather turn and go away at ``phase``: close the connection, as a browser tab closing does."""
+    if phase == "before the first output":
+        # Nothing streamed yet, so not even the response's headers: the client can only hang up.
+        address = urlsplit(server.url)
+        body = json.dumps({"input": QUESTION}).encode()
+        with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
+            connection.sendall(
+                b"POST /threads/t/runs/stream HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            turn.model.wait_for_calls(2)
+        return
+
+    def reached(name: str, data: Any) -> bool:
+        if phase == "while the answer streams":
+            return name == "chunk" and data["node"] == "model" and data["chunk"]["content"] == "Sunny"
+        if phase == "while the tool runs":
+            return name == "node" and data["node"] == "model" and turn.tool_started.wait(WAIT)
+        return name == "node" and data["node"] == "tools"
+
+    with (
+        httpx.Client(base_url=server.url, timeout=WAIT) as client,
+        client.stream("POST", "/threads/t/runs/stream", json={"input": QUESTION}) as response,
+    ):
+        for name, data in events(response):
+            assert name not in ("end", "error"), (name, data)
+            if reached(name, data):
+                if phase == "between the tool and the answer":
+                    turn.model.wait_for_calls(3)  # the answer was asked for, and has not begun
+                return
+    raise AssertionError(f"the turn never got {phase!r}")
+
+
+@pytest.mark.parametrize(
+    "phase",
+    ["before the first output", "while the answer streams", "while the tool runs", "between the tool and the answer"],
+)
+def test_a_client_that_goes_away_cancels_its_turn_which_is_rewound_and_the_next_turn_is_valid(
+    phase: str, saver_factory: Callable[[], CheckpointSaver], serve: Callable[[ASGIApp], Server]
+) -> None:
+    saver = RewindWatch(saver_factory())
+    turn = Turn(phase, saver)
+    server = serve(create_app(turn.agent))
+    assert complete_turn(server, "Hi")[-1][0] == "end"
+    before = saver.get("t")
+    assert before is not None
+
+    leave(server, turn, phase)
+
+    if phase == "while the tool runs":
+        assert turn.tool_saw_cancel.wait(WAIT)
+    else:
+        assert turn.model.wait_for_end(turn.model.calls) is SignalType.CANCEL  # the model's answer was disposed
+    rewind = saver.wait_for_rewind()
+    assert rewind.parent_id == before.id and rewind.values == before.values
+    state = httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()
+    assert (state["checkpoint"]["id"], state["checkpoint"]["source"]) == (rewind.id, "rewind")
+
+    assert complete_turn(server, "Thanks!")[-1][0] == "end"
+    request = turn.model.requests[-1].messages
+    check_request(request)
+    assert request == (
+        UserMessage(content="Hi"),
+        AssistantMessage(content="Hello!"),
+        UserMessage(content="Thanks!"),
+    )
+    assert len(saver.rewinds) == 1
