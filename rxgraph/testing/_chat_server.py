@@ -273,9 +273,10 @@ class ServedRequest:
       ``headers``: its headers, names in lower case; ``stream``: whether it asked for a streamed answer.
     - ``status``: the HTTP status answered (None until then); ``error``: the error body answered, if any; ``reply``:
       the script's reply it got, if any.
-    - ``outcome`` (see ``Outcome``) and ``ended``, a ``threading.Event`` set when the outcome is final; ``wait()``
-      waits for it. ``chunks_sent`` counts the streamed chunks (``data:`` events before ``[DONE]``) sent so far;
-      ``wait_for_chunks(n)`` waits until that many were sent.
+    - ``outcome`` (see ``Outcome``) and ``ended``, a ``threading.Event`` set when the outcome is final (for an answer
+      that completes, just before its last bytes are sent, so a client that has read it all finds it recorded);
+      ``wait()`` waits for it. ``chunks_sent`` counts the streamed chunks (``data:`` events before ``[DONE]``) sent
+      so far; ``wait_for_chunks(n)`` waits until that many were sent.
     """
 
     def __init__(self, index: int, body: Any, headers: Mapping[str, str]) -> None:
@@ -615,6 +616,7 @@ class _Answer:
                 "usage": self._usage(pieces),
             }
             await emit(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
+        served._end("completed")  # before the last byte: a client that has the whole answer finds it recorded
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _whole(self, send: Send) -> None:
@@ -657,6 +659,7 @@ class _Answer:
         }
         self.served.status = 200
         self.started = True
+        self.served._end("completed")  # before the answer's bytes, as in _stream
         await _send_json(send, 200, completion)
 
     def _usage(self, pieces: int) -> dict[str, int]:
@@ -698,10 +701,8 @@ class _Refusal:
         served.error = body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await _send_json(send, self.status, self.body)
-        finally:
-            self.served._end(self.outcome)
+        self.served._end(self.outcome)  # before the answer's bytes: a client that has it finds it recorded
+        await _send_json(send, self.status, self.body)
 
 
 # -- the server -------------------------------------------------------------------------------------------------

@@ -243,7 +243,7 @@ def test_a_body_that_is_not_json_is_a_400(http: httpx.Client) -> None:
     with ChatCompletionsServer([Reply("x")]) as server:
         response = _post(http, server, None, content=b"{not json", headers={"content-type": "application/json"})
         assert response.status_code == 400 and "parse the JSON body" in response.json()["error"]["message"]
-        assert server.request(0).body is None and server.request(0).outcome == "rejected"
+        assert server.request(0).body is None and server.request(0).wait() == "rejected"
 
 
 def test_what_a_strict_endpoint_accepts_is_accepted(http: httpx.Client) -> None:

@@ -22,7 +22,7 @@ from rxgraph.errors import InvalidArgumentError, InvalidTypeError, ModelAPIError
 from rxgraph.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
 from rxgraph.models.openai import OpenAIChatModel
 from rxgraph.rx._awaitable import background_loop
-from rxgraph.testing import ChatCompletionsServer, ErrorReply, Gate, Reply, StreamedCall
+from rxgraph.testing import ChatCompletionsServer, ErrorReply, Gate, Refusal, Reply, StreamedCall
 
 HI: list[Message] = [UserMessage(content="hi")]
 WEATHER = ToolSpec(name="weather", description="the weather in a city", parameters={"type": "object"})
@@ -144,8 +144,6 @@ def test_tool_calls_split_over_chunks_and_parallel_ones_merge(make_client: Calla
 
 
 def test_a_refusal_is_kept(make_client: Callable[..., Client]) -> None:
-    from rxgraph.testing import Refusal
-
     with ChatCompletionsServer([Reply(Refusal("I can"), Refusal("not."))]) as server:
         message = Collector(OpenAIChatModel(make_client(server.base_url), "m").stream(HI, ())).message()
         assert message.refusal == "I cannot." and message.content == ""
@@ -173,7 +171,7 @@ def test_request_options_reach_the_server(make_client: Callable[..., Client]) ->
         assert server.request(0).headers["x-trace"] == "t-1"
         # Without tools (an agent's last allowed call), the options an API refuses without tools are left out.
         Collector(model.stream(HI, ())).message()
-        assert server.request(1).outcome == "completed"
+        assert server.request(1).wait() == "completed"
         assert "tool_choice" not in server.request(1).body and "parallel_tool_calls" not in server.request(1).body
 
 
@@ -225,7 +223,7 @@ def test_a_request_the_api_refuses_fails_with_what_it_said(make_client: Callable
         error = _failure(Collector(OpenAIChatModel(make_client(server.base_url), "m").stream(unanswered, ())))
         assert error.status_code == 400 and isinstance(error.body, dict)
         assert "must be followed by tool messages" in error.body["message"] and "'c1'" in error.body["message"]
-        assert server.request(0).outcome == "rejected"
+        assert server.request(0).wait() == "rejected"
 
 
 def test_a_500_becomes_a_model_api_error(make_client: Callable[..., Client]) -> None:
@@ -242,6 +240,16 @@ def test_a_refused_connection_becomes_a_model_api_error_without_status(make_clie
     error = _failure(Collector(OpenAIChatModel(make_client(base_url), "m").stream(HI, ())))
     assert error.status_code is None and error.body is None and "no connection" in str(error)
     assert isinstance(error.__cause__, openai.APIConnectionError)
+
+
+def test_a_stream_that_stalls_past_the_timeout_becomes_a_model_api_error(make_client: Callable[..., Client]) -> None:
+    gate = Gate()
+    with ChatCompletionsServer([Reply("a", gate)]) as server:
+        error = _failure(Collector(OpenAIChatModel(make_client(server.base_url), "m", timeout=0.2).stream(HI, ())))
+        assert error.status_code is None and "timed out" in str(error)
+        assert isinstance(error.__cause__, openai.APITimeoutError)
+        assert server.request(0).wait() == "aborted"  # the client gave up on the stream
+        gate.open()
 
 
 # -- disposing closes the HTTP stream ------------------------------------------------------------------------------
