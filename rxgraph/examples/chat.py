@@ -1,21 +1,25 @@
 """A chat agent to serve: ``rxgraph serve rxgraph.examples.chat:make`` (then open http://127.0.0.1:8000/).
 
-Its model is scripted, so it runs anywhere without a key: it streams its answers a word at a time, and asked about
-the weather it says so, then calls ``get_weather`` — a blocking tool on a thread pool that takes a second and a
-half, long enough to press Stop while it runs and watch the turn be rewound. Each answer is a ``marbles`` script
-(``rxgraph.testing.Script``) chosen from the conversation's last message, played in real time on the run's scheduler.
+Its tool, ``get_weather``, blocks on a thread pool for a second and a half: long enough to press Stop while it runs
+and watch the turn be rewound. Its model is scripted, so it runs anywhere without a key: it streams its answers a
+word at a time, and asked about the weather it says so, then calls ``get_weather``; each answer is a marble script
+(``rxgraph.testing.Script``) chosen from the conversation's last message and played in real time. With
+``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set (and the ``openai`` extra installed), it talks to that Chat Completions
+API instead (``rxgraph.models.openai.OpenAIChatModel``; the model is ``RXGRAPH_CHAT_MODEL``, default
+``gpt-4o-mini``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 
 from reactivex import Observable, abc
 from reactivex.scheduler import EventLoopScheduler, ThreadPoolScheduler
 
-from ..agent import ChatChunk, ReactAgent, ToolCallDelta, ToolSpec, tool
+from ..agent import ChatChunk, ChatModel, ReactAgent, ToolCallDelta, ToolSpec, tool
 from ..checkpoint import CheckpointSaver, MemorySaver
 from ..graph import RunInfo
 from ..messages import Message, ToolMessage, UserMessage
@@ -26,12 +30,14 @@ __all__ = ["ScriptedChat", "make"]
 _POOL = ThreadPoolScheduler(4)
 
 
-def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.06, tool_seconds: float = 1.5) -> ReactAgent:
+def make(
+    checkpointer: CheckpointSaver | None = None, *, model: ChatModel | None = None, tool_seconds: float = 1.5
+) -> ReactAgent:
     """The demo agent, its threads kept in ``checkpointer`` (a new ``MemorySaver`` when None).
 
     Args:
         checkpointer: where the threads are stored; ``rxgraph serve --db FILE`` passes a ``SqliteSaver``.
-        pace: seconds between two streamed words.
+        model: the chat model; by default the API the environment names (see the module), else ``ScriptedChat()``.
         tool_seconds: how long ``get_weather`` takes (it returns early, with nothing written, when the turn is
             cancelled).
     """
@@ -44,7 +50,7 @@ def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.06, too
         return f"{_FORECASTS[sum(map(ord, city)) % len(_FORECASTS)]} in {city}"
 
     return ReactAgent(
-        ScriptedChat(pace),
+        model if model is not None else _api_model() or ScriptedChat(),
         tools=[get_weather],
         checkpointer=checkpointer if checkpointer is not None else MemorySaver(),
         system_prompt="You are a friendly assistant. Use get_weather for questions about the weather.",
@@ -54,12 +60,27 @@ def make(checkpointer: CheckpointSaver | None = None, *, pace: float = 0.06, too
 _FORECASTS = ("Sunny, 21 °C", "Light rain, 14 °C", "Cloudy, 17 °C", "Clear skies, 24 °C")
 
 
+def _api_model() -> ChatModel | None:
+    """The Chat Completions API the environment names, if it names one and the ``openai`` extra is installed."""
+    if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+        return None
+    try:
+        import openai
+
+        from ..models.openai import OpenAIChatModel
+    except ImportError:
+        return None
+    # The client reads OPENAI_BASE_URL itself; a local server without keys still wants one, of any value.
+    client = openai.OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "none")
+    return OpenAIChatModel(client, os.environ.get("RXGRAPH_CHAT_MODEL") or "gpt-4o-mini")
+
+
 class ScriptedChat:
     """A scripted ``ChatModel`` that answers from the last message, in real time: a tool result is summed up, a
-    question about the weather gets a word and a ``get_weather`` call, anything else a short greeting. Every
-    request it received is in ``requests``."""
+    question about the weather gets a word and a ``get_weather`` call, anything else a short greeting. ``pace`` is
+    the seconds between two streamed words. Every request it received is in ``requests``."""
 
-    def __init__(self, pace: float) -> None:
+    def __init__(self, pace: float = 0.06) -> None:
         self.pace = pace
         self.requests: list[tuple[Message, ...]] = []
         # One thread plays every answer, in order: on a pool, each value of a script would be timed on a thread of

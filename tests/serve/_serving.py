@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import uvicorn
@@ -128,3 +129,43 @@ def events(response: httpx.Response) -> Iterator[tuple[str, Any]]:
             name = line.removeprefix("event:").strip()
         elif line.startswith("data:"):
             data.append(line.removeprefix("data:").removeprefix(" "))
+
+
+def post_turn(url: str, thread: str, body: Any) -> list[tuple[str, Any]]:
+    """One turn from start to end, on a connection of its own: every event the server sent."""
+    with (
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+        client.stream("POST", f"/threads/{thread}/runs/stream", json=body) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return list(events(response))
+
+
+def leave_when(url: str, thread: str, body: Any, reached: Callable[[str, Any], bool]) -> None:
+    """Start a turn and read its events until ``reached(event, data)``; then close the connection, as a browser tab
+    closing does."""
+    with (
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+        client.stream("POST", f"/threads/{thread}/runs/stream", json=body) as response,
+    ):
+        for name, data in events(response):
+            assert name not in ("end", "error"), (name, data)
+            if reached(name, data):
+                return
+    raise AssertionError("the turn ended before the point to leave it")
+
+
+def hang_up_after(url: str, thread: str, body: Any, ready: Callable[[], None]) -> None:
+    """Send a turn's request, wait for ``ready()`` and hang up: for a turn that has sent nothing yet, not even its
+    response's headers, which an HTTP client would wait for."""
+    address = urlsplit(url)
+    assert address.hostname is not None and address.port is not None
+    content = json.dumps(body).encode()
+    with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
+        connection.sendall(
+            f"POST /threads/{thread}/runs/stream HTTP/1.1\r\nHost: {address.netloc}\r\n".encode()
+            + f"Content-Type: application/json\r\nContent-Length: {len(content)}\r\n\r\n".encode()
+            + content
+        )
+        ready()

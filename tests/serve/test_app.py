@@ -11,7 +11,7 @@ import httpx
 import pytest
 import reactivex as rx
 from reactivex.scheduler import ThreadPoolScheduler
-from serve._serving import WAIT, RewindWatch, Server, SignallingModel, events
+from serve._serving import WAIT, RewindWatch, Server, SignallingModel, post_turn
 from starlette.types import ASGIApp
 
 from rxgraph import (
@@ -60,19 +60,13 @@ def weather_agent(saver: CheckpointSaver, weather: Tool, answers: Sequence[Any] 
 
 
 @pytest.fixture
-def saver(saver_factory: Callable[[], CheckpointSaver]) -> RewindWatch:
-    return RewindWatch(saver_factory())
+def saver() -> RewindWatch:
+    """The server is the same over any saver: its tests run on one (the reads of a stored thread on each)."""
+    return RewindWatch(MemorySaver())
 
 
 def turn(server: Server, thread: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
-    """One turn from start to end, with its own connection: every event the server sent."""
-    with (
-        httpx.Client(base_url=server.url, timeout=WAIT) as client,
-        client.stream("POST", f"/threads/{thread}/runs/stream", json=body) as response,
-    ):
-        assert response.status_code == 200, response.read()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        return list(events(response))
+    return post_turn(server.url, thread, body)
 
 
 def get(server: Server, path: str) -> httpx.Response:

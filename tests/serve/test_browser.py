@@ -39,9 +39,8 @@ def test_the_page_streams_a_turn_stops_the_next_while_its_tool_runs_and_shows_th
             "(.ci/run does so)"
         )
     saver = RewindWatch(MemorySaver())
-    agent = make(saver, pace=0.02, tool_seconds=WAIT)  # the tool runs until the turn is stopped
-    model = agent.model
-    assert isinstance(model, ScriptedChat)
+    model = ScriptedChat(pace=0.02)
+    agent = make(saver, model=model, tool_seconds=WAIT)  # the tool runs until the turn is stopped
     server = serve(create_app(agent))
     elsewhere: list[str] = []
     errors: list[str] = []

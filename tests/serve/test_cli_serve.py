@@ -18,7 +18,7 @@ from rxgraph import SqliteSaver
 from rxgraph.cli import main
 
 ENV = {
-    **os.environ,
+    **{k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")},  # the scripted model
     "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
     "PYTHONUNBUFFERED": "1",
 }

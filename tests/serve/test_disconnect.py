@@ -3,17 +3,14 @@ disposed, the thread is rewound, and the next turn sends the model a valid reque
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from reactivex.scheduler import ThreadPoolScheduler
-from serve._serving import WAIT, RewindWatch, Server, SignallingModel, events
+from serve._serving import WAIT, RewindWatch, Server, SignallingModel, hang_up_after, leave_when, post_turn
 from starlette.types import ASGIApp
 
 from rxgraph import CheckpointSaver, RunInfo
@@ -59,27 +56,10 @@ class Turn:
         self.agent = ReactAgent(self.model, tools=[get_weather], checkpointer=saver)
 
 
-def complete_turn(server: Server, text: str) -> list[tuple[str, Any]]:
-    with (
-        httpx.Client(base_url=server.url, timeout=WAIT) as client,
-        client.stream("POST", "/threads/t/runs/stream", json={"input": text}) as response,
-    ):
-        return list(events(response))
-
-
 def leave(server: Server, turn: Turn, phase: str) -> None:
-    """Start the weather turn and go away at ``phase``: close the connection, as a browser tab closing does."""
+    """Start the weather turn and go away at ``phase``."""
     if phase == "before the first output":
-        # Nothing streamed yet, so not even the response's headers: the client can only hang up.
-        address = urlsplit(server.url)
-        body = json.dumps({"input": QUESTION}).encode()
-        with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
-            connection.sendall(
-                b"POST /threads/t/runs/stream HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            turn.model.wait_for_calls(2)
+        hang_up_after(server.url, "t", {"input": QUESTION}, lambda: turn.model.wait_for_calls(2))
         return
 
     def reached(name: str, data: Any) -> bool:
@@ -87,19 +67,12 @@ def leave(server: Server, turn: Turn, phase: str) -> None:
             return name == "chunk" and data["node"] == "model" and data["chunk"]["content"] == "Sunny"
         if phase == "while the tool runs":
             return name == "node" and data["node"] == "model" and turn.tool_started.wait(WAIT)
-        return name == "node" and data["node"] == "tools"
+        if name == "node" and data["node"] == "tools":
+            turn.model.wait_for_calls(3)  # the answer was asked for, and has not begun
+            return True
+        return False
 
-    with (
-        httpx.Client(base_url=server.url, timeout=WAIT) as client,
-        client.stream("POST", "/threads/t/runs/stream", json={"input": QUESTION}) as response,
-    ):
-        for name, data in events(response):
-            assert name not in ("end", "error"), (name, data)
-            if reached(name, data):
-                if phase == "between the tool and the answer":
-                    turn.model.wait_for_calls(3)  # the answer was asked for, and has not begun
-                return
-    raise AssertionError(f"the turn never got {phase!r}")
+    leave_when(server.url, "t", {"input": QUESTION}, reached)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +85,7 @@ def test_a_client_that_goes_away_cancels_its_turn_which_is_rewound_and_the_next_
     saver = RewindWatch(saver_factory())
     turn = Turn(phase, saver)
     server = serve(create_app(turn.agent))
-    assert complete_turn(server, "Hi")[-1][0] == "end"
+    assert post_turn(server.url, "t", {"input": "Hi"})[-1][0] == "end"
     before = saver.get("t")
     assert before is not None
 
@@ -127,7 +100,7 @@ def test_a_client_that_goes_away_cancels_its_turn_which_is_rewound_and_the_next_
     state = httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()
     assert (state["checkpoint"]["id"], state["checkpoint"]["source"]) == (rewind.id, "rewind")
 
-    assert complete_turn(server, "Thanks!")[-1][0] == "end"
+    assert post_turn(server.url, "t", {"input": "Thanks!"})[-1][0] == "end"
     request = turn.model.requests[-1].messages
     check_request(request)
     assert request == (

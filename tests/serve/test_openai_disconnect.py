@@ -1,0 +1,134 @@
+"""The disconnect test again, end to end over HTTP on both sides: the served agent's model is ``OpenAIChatModel``
+talking to a ``ChatCompletionsServer``. A client that goes away closes the model's HTTP stream when one is open (the
+fake API sees it go), the thread is rewound, and the next turn's request is one a strict API accepts."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+from reactivex.scheduler import ThreadPoolScheduler
+from serve._serving import WAIT, RewindWatch, Server, hang_up_after, leave_when, post_turn
+from starlette.types import ASGIApp
+
+from rxgraph import CheckpointSaver, MemorySaver, RunInfo
+from rxgraph.agent import ReactAgent, tool
+from rxgraph.models.openai import OpenAIChatModel
+from rxgraph.serve import create_app
+from rxgraph.testing import ChatCompletionsServer, Gate, Reply, StreamedCall
+
+POOL = ThreadPoolScheduler(4)
+QUESTION = "Weather in Paris?"
+PHASES = [
+    "before the first output",
+    "while the answer streams",
+    "while the tool runs",
+    "between the tool and the answer",
+]
+
+
+class Scenario:
+    """The fake API's script for one phase (a greeting turn, the weather turn the client leaves, the next turn) and
+    the agent in front of it, with a tool that can be held until the turn is cancelled."""
+
+    def __init__(self, phase: str, saver: CheckpointSaver) -> None:
+        self.gate = Gate()  # never opened: an answer held at it is one the model is still generating
+        call = Reply(StreamedCall("c1", "get_weather", '{"city": "Paris"}'))
+        weather_turn = {
+            "before the first output": [Reply(self.gate, "Sunny")],
+            "while the answer streams": [call, Reply("Sunny", self.gate, " today.")],
+            "while the tool runs": [call],
+            "between the tool and the answer": [call, Reply(self.gate, "Sunny")],
+        }[phase]
+        self.api = ChatCompletionsServer([Reply("Hello!"), *weather_turn, Reply("You're welcome.")])
+        self.tool_started = threading.Event()
+        self.tool_saw_cancel = threading.Event()
+        hold = phase == "while the tool runs"
+
+        @tool(scheduler=POOL)
+        def get_weather(city: str, run: RunInfo) -> str:
+            """Current weather for a city."""
+            self.tool_started.set()
+            if hold and run.cancelled.wait(WAIT):
+                self.tool_saw_cancel.set()
+            return f"Sunny in {city}"
+
+        self.api.start()
+        self.client = openai.OpenAI(base_url=self.api.base_url, api_key="test", max_retries=0, timeout=WAIT)
+        self.agent = ReactAgent(OpenAIChatModel(self.client, "test-model"), tools=[get_weather], checkpointer=saver)
+
+    def close(self) -> None:
+        self.client.close()
+        self.api.stop()
+
+
+@pytest.fixture
+def scenarios() -> Iterator[Callable[[str, CheckpointSaver], Scenario]]:
+    made: list[Scenario] = []
+
+    def make(phase: str, saver: CheckpointSaver) -> Scenario:
+        made.append(Scenario(phase, saver))
+        return made[-1]
+
+    yield make
+    for scenario in made:
+        scenario.close()
+
+
+def leave(server: Server, scenario: Scenario, phase: str) -> None:
+    """Start the weather turn and go away at ``phase``."""
+    if phase == "before the first output":
+        hang_up_after(server.url, "t", {"input": QUESTION}, lambda: scenario.gate.wait_for_arrivals(1, WAIT))
+        return
+
+    def reached(name: str, data: Any) -> bool:
+        if phase == "while the answer streams":
+            return name == "chunk" and data["node"] == "model" and data["chunk"]["content"] == "Sunny"
+        if phase == "while the tool runs":
+            return name == "node" and data["node"] == "model" and scenario.tool_started.wait(WAIT)
+        if name == "node" and data["node"] == "tools":
+            scenario.gate.wait_for_arrivals(1, WAIT)  # the answer was asked for, and has not begun
+            return True
+        return False
+
+    leave_when(server.url, "t", {"input": QUESTION}, reached)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_leaving_closes_the_models_http_stream_rewinds_and_the_next_request_is_one_the_api_accepts(
+    phase: str,
+    serve: Callable[[ASGIApp], Server],
+    scenarios: Callable[[str, CheckpointSaver], Scenario],
+) -> None:
+    saver = RewindWatch(MemorySaver())
+    scenario = scenarios(phase, saver)
+    api = scenario.api
+    server = serve(create_app(scenario.agent))
+    assert post_turn(server.url, "t", {"input": "Hi"})[-1][0] == "end"
+    before = saver.get("t")
+    assert before is not None
+
+    leave(server, scenario, phase)
+
+    weather_requests = 1 if phase in ("before the first output", "while the tool runs") else 2
+    last = api.request(weather_requests, WAIT)  # the weather turn's last request to the model
+    if phase == "while the tool runs":
+        assert scenario.tool_saw_cancel.wait(WAIT)
+        assert last.wait(WAIT) == "completed"  # no model stream was open: the tool was running
+    else:
+        assert last.wait(WAIT) == "aborted"  # the model's HTTP stream was closed while it was still answering
+    rewind = saver.wait_for_rewind()
+    assert rewind.parent_id == before.id and rewind.values == before.values
+
+    assert post_turn(server.url, "t", {"input": "Thanks!"})[-1][0] == "end"
+    following = api.request(weather_requests + 1, WAIT)
+    assert (following.status, following.wait(WAIT)) == (200, "completed")  # a strict API took it (not a 400)
+    assert [(m["role"], m["content"]) for m in following.messages] == [
+        ("user", "Hi"),
+        ("assistant", "Hello!"),
+        ("user", "Thanks!"),
+    ]
+    assert len(api.requests) == weather_requests + 2 and len(saver.rewinds) == 1
