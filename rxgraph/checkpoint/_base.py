@@ -7,12 +7,15 @@ import builtins
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._frozen import freeze
 from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError
+
+if TYPE_CHECKING:
+    from ._run_locks import RunLocks
 
 __all__ = [
     "Checkpoint",
@@ -298,4 +301,14 @@ class CheckpointSaver(abc.ABC):
                     return checkpoint
             before_seq = older[-1].seq
             page = min(page * 4, 256)
+        return None
+
+    def run_locks(self) -> RunLocks | None:
+        """Run exclusivity shared with the other processes using this saver's storage, or ``None`` (the default):
+        runs on one thread then exclude each other within a process only — the compare-and-set of every ``put``
+        still keeps a thread's history whole when two processes write it.
+
+        A saver on a database that several processes share returns its :class:`RunLocks` here, the same object on
+        every call; the saver closes it when it is closed. Graphs call this once per saver object.
+        """
         return None

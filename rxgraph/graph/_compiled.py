@@ -25,6 +25,7 @@ from ..errors import (
     GraphValidationError,
     InvalidArgumentError,
     InvalidTypeError,
+    ThreadBusyError,
 )
 from ..rx import do_finally, do_on_cancel
 from ..rx._async_iterator import to_async_iterator
@@ -338,12 +339,20 @@ class _UpdateHolder:
         self.run_id = f"update-{uuid.uuid4().hex}"
         self.ending_thread = threading.get_ident()
         self._granted = threading.Event()
+        self._refusal: ThreadBusyError | None = None
 
     def granted(self) -> None:
         self._granted.set()
 
+    def refused(self, error: ThreadBusyError) -> None:
+        self._refusal = error
+        self._granted.set()
+
     def wait(self) -> None:
+        """Wait for the slot; raise ``ThreadBusyError`` if a live run in another process holds the thread."""
         self._granted.wait()
+        if self._refusal is not None:
+            raise self._refusal
 
     def interrupt(self, by_run: str) -> None:
         pass

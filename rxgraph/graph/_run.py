@@ -326,6 +326,10 @@ class Run:
         """The thread's slot passed to this waiting run: start it (on the thread that freed the slot)."""
         self._schedule(self._start)
 
+    def refused(self, error: ThreadBusyError) -> None:
+        """It waited for a run in another process and ``multitask="reject"`` gives up: fail with ``error``."""
+        self._schedule(functools.partial(self.fail, error))
+
     def _schedule(self, action: Callable[[], None]) -> None:
         # Like reactivex's sources: start on the run's scheduler, or on the current thread's trampoline — which
         # queues the action when a trampoline is already running here (always the case inside Observable.subscribe),
@@ -566,8 +570,7 @@ class Run:
         self.disposed = True
         if not self._claim_end():
             return
-        self.ending_thread = threading.get_ident()
-        self.ending = True
+        self._begin_ending()
         try:
             self._record_failure(error)
         finally:
@@ -644,9 +647,16 @@ class Run:
         except Exception:
             log.exception("the subscriber of run %s failed handling %s", self.run_id, type(error).__name__)
 
-    def _end_abnormally(self) -> None:
+    def _begin_ending(self) -> None:
         self.ending_thread = threading.get_ident()
         self.ending = True
+        if self._slots is not None:
+            thread_id = self.thread_id
+            assert thread_id is not None
+            self._slots.ending(thread_id, self)
+
+    def _end_abnormally(self) -> None:
+        self._begin_ending()
         try:
             self._undo()
         finally:

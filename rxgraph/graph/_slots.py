@@ -13,21 +13,34 @@ cancelled *and rewound*. A run that finds the slot taken follows its ``multitask
 
 Slots are kept per saver object, so every graph and agent that shares a saver shares its slots. Reads of a thread
 through a graph (``get_state`` and friends) wait while the holder is ending, so they never see a cut turn that is
-about to be rewound. Across processes the database has to coordinate; that is the saver's part.
+about to be rewound.
+
+Across processes, a saver whose database is shared provides ``RunLocks`` (:mod:`rxgraph.checkpoint._run_locks`),
+and a slot then also holds its thread in the database, from the first claim until the line is empty. A claim that
+creates a slot waits for that (the run starts once the database says the thread is this process's); while another
+process holds the thread, the line waits: ``reject`` runs are refused unless that holder is ending, an ``interrupt``
+run asks it to cancel, and everything is tried again when it frees the thread. A process passes the thread from one
+of its runs to the next without letting go — unless another process interrupted, then it lets go after the current
+run's rewind. Grants and refusals that come from the database are delivered on the worker pool, never on the
+database's threads.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import ThreadBusyError
+from ..rx._awaitable import worker_pool
 
 if TYPE_CHECKING:
     from ..checkpoint._base import CheckpointSaver
+    from ..checkpoint._run_locks import RemoteHolder, RunLocks
     from ._config import MultitaskPolicy
 
 __all__ = ["Claim", "RunSlots", "SlotHolder", "slots_for"]
@@ -50,85 +63,145 @@ class SlotHolder(Protocol):
     def granted(self) -> None:
         """The slot is now this holder's (called without any lock held)."""
 
+    def refused(self, error: ThreadBusyError) -> None:
+        """It waited for another process's run, and its ``reject`` policy refuses to wait any longer: it has left
+        the line (called without any lock held)."""
+
     def interrupt(self, by_run: str) -> None:
         """A newer run with ``multitask="interrupt"`` wants the slot: cancel, clean up, then free it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The answer to a claim: ``"granted"`` (start now), ``"queued"`` (``granted()`` follows later),
-    ``"interrupt"`` (queued first; the caller must now call ``holder.interrupt``)."""
+    """The answer to a claim: ``"granted"`` (start now), ``"queued"`` (``granted()`` or ``refused()`` follows
+    later), ``"interrupt"`` (queued first; the caller must now call ``holder.interrupt``)."""
 
     outcome: Literal["granted", "queued", "interrupt"]
     holder: SlotHolder | None = None
 
 
-class _Slot:
-    __slots__ = ("holder", "waiting")
+@dataclass(slots=True)
+class _Waiter:
+    run: SlotHolder
+    policy: MultitaskPolicy
 
-    def __init__(self, holder: SlotHolder) -> None:
+
+class _Slot:
+    __slots__ = ("asked", "holder", "waiting", "yielding")
+
+    def __init__(self, holder: SlotHolder | None) -> None:
+        # None only with shared locks: the line waits for the database (another process holds the thread).
         self.holder: SlotHolder | None = holder
-        self.waiting: deque[SlotHolder] = deque()
+        self.waiting: deque[_Waiter] = deque()
+        self.yielding = False  # another process interrupted: let go of the thread after the current holder
+        self.asked: set[str | None] = set()  # the other process's runs already asked to stop
+
+    def leave(self, run: SlotHolder) -> bool:
+        for waiter in self.waiting:
+            if waiter.run is run:
+                self.waiting.remove(waiter)
+                return True
+        return False
 
 
 class RunSlots:
-    """The slots of one saver's threads. Thread-safe."""
+    """The slots of one saver's threads. Thread-safe. ``shared``: the saver's ``RunLocks``, if other processes
+    share its database."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: RunLocks | None = None) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._slots: dict[str, _Slot] = {}
+        self._shared = shared
+        if shared is not None:
+            shared.open(_Events(self))
 
     def claim(self, thread_id: str, run: SlotHolder, policy: MultitaskPolicy) -> Claim:
         """Take the thread's slot for ``run``, or line it up as ``policy`` says. Raises ``ThreadBusyError`` for
-        ``"reject"`` when a live run holds the slot."""
+        ``"reject"`` when a live run of this process holds the slot."""
+        shared = self._shared
         with self._lock:
             slot = self._slots.get(thread_id)
             if slot is None:
-                self._slots[thread_id] = _Slot(run)
-                return Claim("granted")
+                if shared is None:
+                    self._slots[thread_id] = _Slot(run)
+                    return Claim("granted")
+                slot = self._slots[thread_id] = _Slot(None)
             holder = slot.holder
-            assert holder is not None  # a slot with no holder is removed, or handed to the next in line at once
-            if holder.ending:
-                slot.waiting.append(run)  # it is only finishing its rewind: every policy waits for that
+            if holder is None:
+                # Waiting for the database: every policy lines up; the database's answer refuses or interrupts.
+                waiter = _Waiter(run, policy)
+                slot.waiting.appendleft(waiter) if policy == "interrupt" else slot.waiting.append(waiter)
+            elif holder.ending:
+                slot.waiting.append(_Waiter(run, policy))  # only finishing its rewind: every policy waits for that
                 return Claim("queued", holder)
-            if policy == "reject":
-                raise ThreadBusyError(
-                    f"thread {thread_id!r} is busy: run {holder.run_id} is still running on it (multitask='reject'); "
-                    "wait for it to end, or use multitask='enqueue' to start after it or 'interrupt' to cancel it",
-                    thread_id=thread_id,
-                    run_id=holder.run_id,
-                )
-            if policy == "interrupt":
-                slot.waiting.appendleft(run)
+            elif policy == "reject":
+                raise _busy(thread_id, holder.run_id)
+            elif policy == "interrupt":
+                slot.waiting.appendleft(_Waiter(run, policy))
                 return Claim("interrupt", holder)
-            slot.waiting.append(run)
-            return Claim("queued", holder)
+            else:
+                slot.waiting.append(_Waiter(run, policy))
+                return Claim("queued", holder)
+        assert shared is not None
+        shared.attempt(thread_id, run.run_id)
+        return Claim("queued")
 
     def release(self, thread_id: str, run: SlotHolder) -> None:
         """``run`` is done with the thread: free its slot (handing it to the next in line), or, if it was still
         waiting, leave the line. Does nothing for a run that is neither."""
         following: SlotHolder | None = None
+        let_go = attempt = None
+        shared = self._shared
         with self._lock:
             slot = self._slots.get(thread_id)
             if slot is None:
                 return
             if slot.holder is run:
-                if slot.waiting:
-                    following = slot.holder = slot.waiting.popleft()
-                else:
+                if slot.waiting and not slot.yielding:
+                    following = slot.holder = slot.waiting.popleft().run
+                elif shared is None:
                     del self._slots[thread_id]
+                else:
+                    # Let go of the thread in the database; the line (if any) then tries for it again, after the
+                    # release (the locks do one thing after the other).
+                    slot.holder, slot.yielding = None, False
+                    slot.asked.clear()
+                    let_go = thread_id
+                    if slot.waiting:
+                        attempt = slot.waiting[0].run.run_id
+                    else:
+                        del self._slots[thread_id]
                 self._changed.notify_all()
+            elif slot.leave(run):
+                if slot.holder is None and not slot.waiting:
+                    del self._slots[thread_id]
+                    let_go = thread_id  # nobody waits for the database any more
             else:
-                try:
-                    slot.waiting.remove(run)
-                except ValueError:
-                    return
+                return
+        if shared is not None:
+            if following is not None:
+                shared.update(thread_id, following.run_id, ending=False)
+            if let_go is not None:
+                shared.release(let_go)
+            if attempt is not None:
+                shared.attempt(thread_id, attempt)
         if following is not None:
             following.granted()
 
+    def ending(self, thread_id: str, run: SlotHolder) -> None:
+        """``run`` has started ending (its rewind): other processes may now wait for it instead of refusing."""
+        shared = self._shared
+        if shared is None:
+            return
+        with self._lock:
+            slot = self._slots.get(thread_id)
+            if slot is None or slot.holder is not run:
+                return
+        shared.update(thread_id, run.run_id, ending=True)
+
     def holder(self, thread_id: str) -> SlotHolder | None:
-        """The run holding the thread's slot now, if any."""
+        """The run of this process holding the thread's slot now, if any."""
         with self._lock:
             slot = self._slots.get(thread_id)
             return slot.holder if slot is not None else None
@@ -146,17 +219,138 @@ class RunSlots:
         with self._lock:
             return self._changed.wait_for(_settled, timeout)
 
+    # -- what the database says (on the locks' threads) -----------------------------------------------------------
+
+    def _acquired(self, thread_id: str) -> None:
+        shared = self._shared
+        assert shared is not None
+        granted: SlotHolder | None = None
+        with self._lock:
+            slot = self._slots.get(thread_id)
+            if slot is not None and slot.holder is not None:
+                return  # an answer to an attempt made while it already held the thread
+            if slot is None or not slot.waiting:
+                if slot is not None:
+                    del self._slots[thread_id]
+                granted = None
+            else:
+                granted = slot.holder = slot.waiting.popleft().run
+                self._changed.notify_all()
+        if granted is None:
+            shared.release(thread_id)  # everyone left the line meanwhile
+            return
+        shared.update(thread_id, granted.run_id, ending=False)
+        _on_pool(granted.granted)
+
+    def _refused(self, thread_id: str, remote: RemoteHolder) -> None:
+        shared = self._shared
+        assert shared is not None
+        refused: list[SlotHolder] = []
+        ask: str | None = None
+        with self._lock:
+            slot = self._slots.get(thread_id)
+            if slot is None or slot.holder is not None:
+                return
+            if not remote.ending:
+                refused = [waiter.run for waiter in slot.waiting if waiter.policy == "reject"]
+                for run in refused:
+                    slot.leave(run)
+                interrupting = next((waiter for waiter in slot.waiting if waiter.policy == "interrupt"), None)
+                if interrupting is not None and remote.run_id not in slot.asked:
+                    slot.asked.add(remote.run_id)
+                    ask = interrupting.run.run_id
+            emptied = not slot.waiting
+            if emptied:
+                del self._slots[thread_id]
+        if ask is not None:
+            shared.interrupt(thread_id, ask)
+        if emptied:
+            shared.release(thread_id)  # nobody waits for it any more
+        for run in refused:
+            _on_pool(functools.partial(run.refused, _busy(thread_id, remote.run_id, elsewhere=True)))
+
+    def _retry(self, thread_id: str | None) -> None:
+        """Try again for one thread (it was freed) or, with None, for every thread whose line waits."""
+        shared = self._shared
+        assert shared is not None
+        with self._lock:
+            ids = [thread_id] if thread_id is not None else list(self._slots)
+            heads = [
+                (tid, slot.waiting[0].run.run_id)
+                for tid in ids
+                if (slot := self._slots.get(tid)) is not None and slot.holder is None and slot.waiting
+            ]
+        for tid, run_id in heads:
+            shared.attempt(tid, run_id)
+
+    def _interrupted(self, thread_id: str, by_run: str) -> None:
+        with self._lock:
+            slot = self._slots.get(thread_id)
+            if slot is None or slot.holder is None:
+                return
+            slot.yielding = True
+            holder = slot.holder
+        if not holder.ending:
+            _on_pool(lambda: holder.interrupt(by_run))
+
+
+class _Events:
+    """``RunLockEvents`` for one ``RunSlots`` (kept apart so the slots' own methods stay what runs call)."""
+
+    def __init__(self, slots: RunSlots) -> None:
+        self._slots = slots
+
+    def acquired(self, thread_id: str) -> None:
+        self._slots._acquired(thread_id)
+
+    def refused(self, thread_id: str, holder: RemoteHolder) -> None:
+        self._slots._refused(thread_id, holder)
+
+    def released(self, thread_id: str) -> None:
+        self._slots._retry(thread_id)
+
+    def interrupted(self, thread_id: str, by_run: str) -> None:
+        self._slots._interrupted(thread_id, by_run)
+
+    def poll(self) -> None:
+        self._slots._retry(None)
+
+
+def _busy(thread_id: str, run_id: str | None, *, elsewhere: bool = False) -> ThreadBusyError:
+    where = " in another process" if elsewhere else ""
+    return ThreadBusyError(
+        f"thread {thread_id!r} is busy: run {run_id or '(unknown)'} is still running on it{where} "
+        "(multitask='reject'); wait for it to end, or use multitask='enqueue' to start after it or 'interrupt' to "
+        "cancel it",
+        thread_id=thread_id,
+        run_id=run_id or "",
+    )
+
+
+def _on_pool(action: Callable[[], None]) -> None:
+    """Run ``action`` on the worker pool: never on a database thread of the locks, which must stay responsive."""
+    worker_pool().schedule(lambda *_: action())
+
 
 _BY_SAVER: weakref.WeakKeyDictionary[CheckpointSaver, RunSlots] = weakref.WeakKeyDictionary()
+_BY_LOCKS: weakref.WeakKeyDictionary[RunLocks, RunSlots] = weakref.WeakKeyDictionary()
 _BY_SAVER_LOCK = threading.Lock()
 
 
 def slots_for(saver: CheckpointSaver) -> RunSlots:
-    """The slots of the threads stored in ``saver`` (one set per saver object, created on first use)."""
+    """The slots of the threads stored in ``saver``: one set per saver object, created on first use — or, for a
+    saver with ``run_locks``, one set per locks object, so that a saver wrapping another shares its slots."""
     slots = _BY_SAVER.get(saver)
     if slots is None:
         with _BY_SAVER_LOCK:
             slots = _BY_SAVER.get(saver)
             if slots is None:
-                slots = _BY_SAVER[saver] = RunSlots()
+                locks = saver.run_locks()
+                if locks is None:
+                    slots = RunSlots()
+                else:
+                    slots = _BY_LOCKS.get(locks)
+                    if slots is None:
+                        slots = _BY_LOCKS[locks] = RunSlots(locks)
+                _BY_SAVER[saver] = slots
     return slots

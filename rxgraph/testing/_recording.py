@@ -12,6 +12,7 @@ from typing import Any, Literal
 from reactivex.scheduler import VirtualTimeScheduler
 
 from ..checkpoint._base import Checkpoint, CheckpointSaver
+from ..checkpoint._run_locks import RunLocks
 
 __all__ = ["DelegatingSaver", "Event", "EventKind", "Recorder", "RecordingSaver"]
 
@@ -71,6 +72,9 @@ class DelegatingSaver(CheckpointSaver):
 
     def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
         return self.inner.latest_safe(thread_id, before_seq=before_seq)
+
+    def run_locks(self) -> RunLocks | None:
+        return self.inner.run_locks()
 
 
 class RecordingSaver(DelegatingSaver):
