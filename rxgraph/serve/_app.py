@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -188,7 +188,11 @@ class _RunStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        started = self._start(request, await request.body())
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            return  # gone before its request was whole: nothing was started
+        started = self._start(request, body)
         if isinstance(started, Response):
             await started(scope, receive, send)
             return

@@ -111,6 +111,7 @@ class Server:
             raise AssertionError(f"uvicorn did not start within {WAIT} s")
 
     def stop(self) -> None:
+        """Stop serving, once every request has ended (stopping again does nothing)."""
         self._server.should_exit = True
         self._thread.join(WAIT)
         self._socket.close()

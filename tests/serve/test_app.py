@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -188,6 +191,31 @@ def test_a_body_that_asks_for_no_valid_turn_is_refused_with_422_and_nothing_runs
         assert httpx.post(server.url + blank, json={"input": "hi"}).status_code == 422
     assert get(server, "/threads/%20/state").status_code == 422
     assert model.calls == 0 and saver.threads() == []
+
+
+def test_a_client_gone_before_its_body_was_whole_starts_nothing_and_breaks_nothing(
+    serve: Callable[[ASGIApp], Server],
+) -> None:
+    saver = MemorySaver()
+    agent, model = weather_agent(saver, Tool())
+    server = serve(create_app(agent))
+    failures: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = failures.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        address = urlsplit(server.url)
+        assert address.hostname is not None and address.port is not None
+        with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
+            connection.sendall(
+                b"POST /threads/t/runs/stream HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"input": "Weat'
+            )
+        assert turn(server, "u", {"input": "Weather in Paris?"})[-1][0] == "end"
+        server.stop()  # returns once every request has been handled
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert failures == [] and model.calls == 2 and saver.threads() == ["u"]
 
 
 def test_an_agent_turn_may_bring_messages_in_the_openai_wire_format(
