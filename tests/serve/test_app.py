@@ -87,15 +87,10 @@ def test_a_turn_streams_chunks_tool_results_nodes_and_its_end(
     names = [name for name, _ in got]
     assert names == ["chunk", "chunk", "node", "chunk", "node", "chunk", "chunk", "chunk", "node", "end"]
     call_chunk, finish_chunk, model_node, tool_chunk, tools_node, *answer, answer_node, end = (data for _, data in got)
-    assert call_chunk == {
-        "node": "model",
-        "chunk": {
-            "content": "",
-            "tool_calls": [{"index": 0, "id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
-            "finish_reason": None,
-            **{key: call_chunk["chunk"][key] for key in call_chunk["chunk"].keys() - {"content", "tool_calls"}},
-        },
-    }
+    assert call_chunk == {"node": "model", "chunk": CALL.model_dump(mode="json")}  # a ChatChunk as its JSON
+    assert call_chunk["chunk"]["tool_calls"] == [
+        {"index": 0, "id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    ]
     assert call_chunk["chunk"]["finish_reason"] is None and finish_chunk["chunk"]["finish_reason"] == "tool_calls"
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     assert model_node["node"] == "model"
@@ -110,8 +105,10 @@ def test_a_turn_streams_chunks_tool_results_nodes_and_its_end(
     assert len({model_node["checkpoint_id"], tools_node["checkpoint_id"], head.id}) == 3
 
 
-def test_state_and_history_read_the_thread_newest_first(saver: RewindWatch, serve: Callable[[ASGIApp], Server]) -> None:
-    agent, _ = weather_agent(saver, Tool())
+def test_state_and_history_read_the_thread_newest_first(
+    saver_factory: Callable[[], CheckpointSaver], serve: Callable[[ASGIApp], Server]
+) -> None:
+    agent, _ = weather_agent(saver_factory(), Tool())
     server = serve(create_app(agent))
     end = turn(server, "t", {"input": "Weather in Paris?"})[-1][1]
 
