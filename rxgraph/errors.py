@@ -302,11 +302,13 @@ class CheckpointDecodeError(CheckpointError):
     """A stored checkpoint could not be read back: its row is damaged, or it holds a type this process does not know.
 
     Unsafe-head selection skips such a checkpoint (with a warning); reading it directly raises this error.
+    ``seq`` is its place in the thread, when the saver could read that much.
     """
 
-    def __init__(self, message: str, *, thread_id: str, checkpoint_id: str) -> None:
+    def __init__(self, message: str, *, thread_id: str, checkpoint_id: str, seq: int | None = None) -> None:
         super().__init__(message, thread_id=thread_id)
         self.checkpoint_id = checkpoint_id
+        self.seq = seq
 
 
 class SerializationError(CheckpointError, TypeError):

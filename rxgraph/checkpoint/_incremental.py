@@ -335,6 +335,7 @@ class IncrementalStore:
                 f"thread {thread_id!r}: checkpoint {cid!r} (seq {seq}) cannot be decoded: {error}",
                 thread_id=thread_id,
                 checkpoint_id=cid,
+                seq=seq if isinstance(seq, int) else None,
             ) from error
         self._count(checkpoints_decoded=1)
         return Entry(checkpoint, refs)

@@ -13,6 +13,7 @@ theirs holds or waits for it. The slots drive it; it answers through ``RunLockEv
   ``interrupted``.
 - ``poll`` comes every ``poll_interval`` seconds while the locks are open: a holder that died sends no ``released``,
   so whatever waits is tried again then.
+- ``unavailable`` says an ``attempt`` failed for want of the database: the runs waiting for that thread fail.
 
 A thread's hold must end with its holder: a process that dies (even killed) loses its holds at once, or within a
 stated lease. Every method returns at once: the work happens on the locks' own threads, and so do the events —
@@ -54,6 +55,9 @@ class RunLockEvents(Protocol):
 
     def poll(self) -> None:
         """Time to try again whatever waits (a holder that died sent no ``released``)."""
+
+    def unavailable(self, thread_id: str, error: Exception) -> None:
+        """An ``attempt`` could not reach the database: what waits for the thread cannot start."""
 
 
 class RunLocks(ABC):

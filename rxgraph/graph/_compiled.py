@@ -25,7 +25,6 @@ from ..errors import (
     GraphValidationError,
     InvalidArgumentError,
     InvalidTypeError,
-    ThreadBusyError,
 )
 from ..rx import do_finally, do_on_cancel
 from ..rx._async_iterator import to_async_iterator
@@ -339,17 +338,18 @@ class _UpdateHolder:
         self.run_id = f"update-{uuid.uuid4().hex}"
         self.ending_thread = threading.get_ident()
         self._granted = threading.Event()
-        self._refusal: ThreadBusyError | None = None
+        self._refusal: Exception | None = None
 
     def granted(self) -> None:
         self._granted.set()
 
-    def refused(self, error: ThreadBusyError) -> None:
+    def refused(self, error: Exception) -> None:
         self._refusal = error
         self._granted.set()
 
     def wait(self) -> None:
-        """Wait for the slot; raise ``ThreadBusyError`` if a live run in another process holds the thread."""
+        """Wait for the slot; raise ``ThreadBusyError`` if a live run in another process holds the thread (or the
+        error that kept the slot from being shared with the other processes)."""
         self._granted.wait()
         if self._refusal is not None:
             raise self._refusal

@@ -326,8 +326,8 @@ class Run:
         """The thread's slot passed to this waiting run: start it (on the thread that freed the slot)."""
         self._schedule(self._start)
 
-    def refused(self, error: ThreadBusyError) -> None:
-        """It waited for a run in another process and ``multitask="reject"`` gives up: fail with ``error``."""
+    def refused(self, error: Exception) -> None:
+        """It waited for the thread and gets no slot (see ``SlotHolder.refused``): fail with ``error``."""
         self._schedule(functools.partial(self.fail, error))
 
     def _schedule(self, action: Callable[[], None]) -> None:

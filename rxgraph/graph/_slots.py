@@ -63,9 +63,10 @@ class SlotHolder(Protocol):
     def granted(self) -> None:
         """The slot is now this holder's (called without any lock held)."""
 
-    def refused(self, error: ThreadBusyError) -> None:
-        """It waited for another process's run, and its ``reject`` policy refuses to wait any longer: it has left
-        the line (called without any lock held)."""
+    def refused(self, error: Exception) -> None:
+        """It has left the line without the slot: it waited for another process's run and its ``reject`` policy
+        refuses to wait (``ThreadBusyError``), or the database that shares the slot could not be reached (called
+        without any lock held)."""
 
     def interrupt(self, by_run: str) -> None:
         """A newer run with ``multitask="interrupt"`` wants the slot: cancel, clean up, then free it."""
@@ -269,6 +270,16 @@ class RunSlots:
         for run in refused:
             _on_pool(functools.partial(run.refused, _busy(thread_id, remote.run_id, elsewhere=True)))
 
+    def _unavailable(self, thread_id: str, error: Exception) -> None:
+        with self._lock:
+            slot = self._slots.get(thread_id)
+            if slot is None or slot.holder is not None:
+                return
+            waiting = [waiter.run for waiter in slot.waiting]
+            del self._slots[thread_id]
+        for run in waiting:
+            _on_pool(functools.partial(run.refused, error))
+
     def _retry(self, thread_id: str | None) -> None:
         """Try again for one thread (it was freed) or, with None, for every thread whose line waits."""
         shared = self._shared
@@ -314,6 +325,9 @@ class _Events:
 
     def poll(self) -> None:
         self._slots._retry(None)
+
+    def unavailable(self, thread_id: str, error: Exception) -> None:
+        self._slots._unavailable(thread_id, error)
 
 
 def _busy(thread_id: str, run_id: str | None, *, elsewhere: bool = False) -> ThreadBusyError:
