@@ -2,6 +2,7 @@
 
 from ._base import Checkpoint, CheckpointSaver, CheckpointSource, check_limit, check_put, duplicate_id
 from ._memory import MemorySaver
+from ._postgres import PostgresSaver, PostgresSaverStats
 from ._serde import Serde, default_serde, register
 from ._sqlite import SqliteSaver, SqliteSaverStats
 
@@ -10,6 +11,8 @@ __all__ = [
     "CheckpointSaver",
     "CheckpointSource",
     "MemorySaver",
+    "PostgresSaver",
+    "PostgresSaverStats",
     "Serde",
     "SqliteSaver",
     "SqliteSaverStats",

@@ -6,12 +6,10 @@ import sqlite3
 from collections.abc import Callable, Mapping
 
 from ..errors import IncompatibleDatabaseError
+from ._schema import FORMAT, check_not_newer, migrate, stored_version
 from ._sqlite_transaction import write_transaction
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "prepare"]
-
-FORMAT = "rxgraph.checkpoints"
-"""The ``format`` row of the ``meta`` table: what marks a file as an rxgraph checkpoint database."""
 
 SCHEMA_VERSION = 2
 """The schema version this code writes."""
@@ -73,7 +71,7 @@ def prepare(
     version = _read_version(conn, where)
     if version == SCHEMA_VERSION:
         return version
-    _check_not_newer(version, where)
+    check_not_newer(version, SCHEMA_VERSION, where=where, path=where)
     # Creating or migrating: take the write lock, then look again (another process may have done it meanwhile).
     with write_transaction(conn, where, timeout):
         version = _read_version(conn, where)
@@ -84,26 +82,18 @@ def prepare(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 [("format", FORMAT), ("schema_version", str(SCHEMA_VERSION))],
             )
-            version = SCHEMA_VERSION
-        else:
-            _check_not_newer(version, where)
-            while version < SCHEMA_VERSION:
-                migrate = migrations.get(version)
-                if migrate is None:
-                    raise IncompatibleDatabaseError(
-                        f"{where}: schema version {version} is older than {SCHEMA_VERSION} and no migration from "
-                        f"version {version} is registered",
-                        path=where,
-                    )
-                try:
-                    migrate(conn)
-                except sqlite3.Error as error:
-                    raise IncompatibleDatabaseError(
-                        f"{where}: the migration from schema version {version} failed: {error}", path=where
-                    ) from error
-                version += 1
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
-    return version
+            return SCHEMA_VERSION
+        check_not_newer(version, SCHEMA_VERSION, where=where, path=where)
+        return migrate(
+            conn,
+            version,
+            SCHEMA_VERSION,
+            migrations,
+            record=lambda new: conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(new),)),
+            errors=(sqlite3.Error,),
+            where=where,
+            path=where,
+        )
 
 
 def _read_version(conn: sqlite3.Connection, where: str) -> int | None:
@@ -127,21 +117,4 @@ def _read_version(conn: sqlite3.Connection, where: str) -> int | None:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.DatabaseError as error:
         raise IncompatibleDatabaseError(foreign, path=where) from error
-    if meta.get("format") != FORMAT:
-        raise IncompatibleDatabaseError(foreign, path=where)
-    raw = meta.get("schema_version")
-    try:
-        return int(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise IncompatibleDatabaseError(
-            f"{where}: the meta table has no valid schema_version ({raw!r})", path=where
-        ) from None
-
-
-def _check_not_newer(version: int | None, where: str) -> None:
-    if version is not None and version > SCHEMA_VERSION:
-        raise IncompatibleDatabaseError(
-            f"{where}: schema version {version} was written by a newer rxgraph; this one knows versions up to "
-            f"{SCHEMA_VERSION}. Upgrade rxgraph to open it.",
-            path=where,
-        )
+    return stored_version(meta, where=where, path=where, foreign=foreign)

@@ -1,7 +1,8 @@
-"""Worker process for test_sqlite: one compare-and-set write on a shared database file.
+"""Worker process for test_sqlite and test_postgres: one compare-and-set write on a shared database.
 
-Usage: ``python _cas_worker.py DB_PATH NAME``. Reads the head of thread ``t``, prints ``ready``, waits for a ``go``
-line on stdin, then tries to append a message as the next checkpoint and prints ``won`` or ``conflict <head>``.
+Usage: ``python _cas_worker.py DB_PATH NAME`` (an SQLite file) or ``python _cas_worker.py CONNINFO NAME SCHEMA`` (a
+PostgreSQL database). Reads the head of thread ``t``, prints ``ready``, waits for a ``go`` line on stdin, then tries
+to append a message as the next checkpoint and prints ``won`` or ``conflict <head>``.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import sys
 
 from rxgraph import Checkpoint, CheckpointConflictError
-from rxgraph.checkpoint import SqliteSaver
+from rxgraph.checkpoint import PostgresSaver, SqliteSaver
 from rxgraph.messages import UserMessage
 
 
-def main(path: str, name: str) -> int:
-    with SqliteSaver(path) as saver:
+def main(path: str, name: str, schema: str | None = None) -> int:
+    with SqliteSaver(path) if schema is None else PostgresSaver(path, schema=schema) as saver:
         head = saver.get("t")
         assert head is not None
         checkpoint = Checkpoint(
@@ -39,4 +40,4 @@ def main(path: str, name: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:4]))

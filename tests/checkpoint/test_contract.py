@@ -1,7 +1,7 @@
 """The CheckpointSaver contract (``rxgraph.testing.SaverContract``), run against every saver of the project, and
 checks that the contract itself fails a saver that breaks it.
 
-Tests specific to one saver live beside it (``test_sqlite.py``).
+Tests specific to one saver live beside it (``test_sqlite.py``, ``test_postgres.py``).
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import builtins
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rxgraph import Checkpoint, CheckpointSaver, MemorySaver
-from rxgraph.checkpoint import SqliteSaver
+from rxgraph.checkpoint import PostgresSaver, SqliteSaver
 from rxgraph.testing import DelegatingSaver, SaverContract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +45,41 @@ class TestSqliteSaverInMemory(SaverContract):
 
     def make_saver(self, tmp_path: Path) -> CheckpointSaver:
         return SqliteSaver(":memory:")
+
+
+class TestPostgresSaver(SaverContract):
+    """On a schema of the check's own in a PostgreSQL database, through the saver's own pool: every check runs, a
+    second saver on the schema stands in for another process."""
+
+    @pytest.fixture(autouse=True)
+    def _database(self, postgres_server: str, postgres_schema: str) -> None:
+        self.dsn, self.schema = postgres_server, postgres_schema
+
+    def make_saver(self, tmp_path: Path) -> CheckpointSaver:
+        return PostgresSaver(self.dsn, schema=self.schema)
+
+    def reopen(self, saver: CheckpointSaver, tmp_path: Path) -> CheckpointSaver:
+        return PostgresSaver(self.dsn, schema=self.schema)
+
+
+class TestPostgresSaverOnAPool(SaverContract):
+    """Through a pool of the caller's, whose connections are not in autocommit mode (psycopg's default); savers share
+    the pool, which outlives them."""
+
+    @pytest.fixture(autouse=True)
+    def _pool(self, postgres_server: str, postgres_schema: str) -> Iterator[None]:
+        from psycopg_pool import ConnectionPool
+
+        self.schema = f"{postgres_schema}_on pool"
+        with ConnectionPool(postgres_server, min_size=1, max_size=12, open=True) as pool:
+            self.pool: Any = pool
+            yield
+
+    def make_saver(self, tmp_path: Path) -> CheckpointSaver:
+        return PostgresSaver(self.pool, schema=self.schema)
+
+    def reopen(self, saver: CheckpointSaver, tmp_path: Path) -> CheckpointSaver:
+        return PostgresSaver(self.pool, schema=self.schema)
 
 
 # -- the contract can fail -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ A history is a thread's successive states, written as the engine writes them (ea
 previous one, its values frozen); from one state to the next a key keeps its value, gets a new one, or has its
 list extended in place, rebuilt with the same items, or rebuilt with items that are only equal to the old ones
 (``1`` for ``True``, ``1.0`` for ``1``, a tuple for a list, a dict in another order). Reads back happen on the saver
-that wrote, on a fresh saver on the same file, and in another process.
+that wrote, on a fresh saver on the same file (or PostgreSQL schema), and in another process.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 from rxgraph import Checkpoint, CheckpointSaver, FrozenDict, FrozenList, MemorySaver
 from rxgraph._frozen import freeze
-from rxgraph.checkpoint import SqliteSaver
+from rxgraph.checkpoint import PostgresSaver, SqliteSaver
 
 REPO = Path(__file__).resolve().parents[2]
 _WORKER_PATH = Path(__file__).with_name("_roundtrip_worker.py")
@@ -285,6 +286,50 @@ def test_any_history_reads_back_exactly_from_every_saver(history: list[tuple[dic
                 _assert_reads_back(_listed(fresh, "t"), chain)
             with SqliteSaver(written, serde=SERDE) as fresh:
                 _assert_reads_back(_by_id(fresh), chain[::-1])
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(history=histories())
+def test_any_history_reads_back_exactly_from_postgres(
+    history: list[tuple[dict[str, Any], bool]], postgres_server: str, postgres_schema: str
+) -> None:
+    from psycopg_pool import ConnectionPool
+
+    chain_and_reopens = _checkpoints(history, "t")
+    chain = [checkpoint for checkpoint, _ in chain_and_reopens]
+    # A schema per example (the test's fixtures are made once for all of them); every saver, a fresh one included,
+    # shares one pool.
+    schema = f"{postgres_schema}_{uuid.uuid4().hex[:8]}"
+    with ConnectionPool(postgres_server, min_size=1, max_size=2, open=True) as pool:
+
+        def fresh(**options: Any) -> PostgresSaver:
+            return PostgresSaver(pool, schema=schema, serde=SERDE, **options)
+
+        with fresh(cache_size=1) as saver:  # the saver that wrote them, decoding most of what it reads
+            for checkpoint in chain:
+                saver.put(checkpoint, expected_head=checkpoint.parent_id)
+            _assert_reads_back(_by_id(saver), chain)
+            _assert_reads_back(_listed(saver, "t"), chain)
+        # The same history on another thread, with puts from newly opened savers in between.
+        again = _checkpoints(history, "u")
+        saver = fresh()
+        try:
+            for checkpoint, reopen in again:
+                if reopen:
+                    saver.close()
+                    saver = fresh()
+                saver.put(checkpoint, expected_head=checkpoint.parent_id)
+        finally:
+            saver.close()
+        for thread, written in (("t", chain), ("u", [checkpoint for checkpoint, _ in again])):
+            with fresh() as reader:
+                _assert_reads_back(_listed(reader, thread), written)
+            with fresh() as reader:
+                _assert_reads_back(_by_id(reader), written[::-1])
 
 
 def test_another_process_reads_back_exactly_what_was_written(tmp_path: Path) -> None:

@@ -1,0 +1,300 @@
+"""``PostgresSaver``: checkpoints in PostgreSQL, incremental, shared by every process that connects to the database.
+
+Storage is incremental, through the same store as ``SqliteSaver`` (:mod:`rxgraph.checkpoint._incremental`): a
+step writes its new list items and changed values, not the conversation again. The schema, and why each table is
+there, is described in :mod:`rxgraph.checkpoint._postgres_schema`; the SQL in
+:mod:`rxgraph.checkpoint._postgres_database`, which is imported (with psycopg) only when a saver is opened.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, InvalidArgumentError, SaverClosedError
+from ._base import Checkpoint, CheckpointSaver, check_limit
+from ._incremental import IncrementalStats, IncrementalStore
+from ._run_locks import RunLocks
+from ._serde import Serde, default_serde
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from ._postgres_schema import Migration
+
+__all__ = ["PostgresSaver", "PostgresSaverStats"]
+
+
+@dataclass(slots=True)
+class PostgresSaverStats(IncrementalStats):
+    """Counters of one ``PostgresSaver`` since it was opened (for tests, benchmarks and monitoring); ``stats`` gives
+    a copy.
+
+    ``bytes_written`` is the size of the payload a saver inserted: the characters of every JSON value, manifest and
+    text column, plus 8 per integer column. PostgreSQL adds its own row, page and index overhead on top.
+    """
+
+
+class PostgresSaver(CheckpointSaver):
+    """A checkpoint saver on a PostgreSQL database; many threads and many processes may share one database.
+
+    Each ``put`` is one transaction whose compare-and-set is SQL: it moves the thread's row in ``heads`` only if it
+    still names the expected head, and that row's lock makes the writers of one thread take turns (writers of other
+    threads do not wait). Reads take a connection of the pool each and wait for no one. Values are JSON through
+    :class:`~rxgraph.checkpoint.Serde` (no pickle); statements are parameterised.
+
+    ``schema_version`` is the version of the saver's schema once opened (created or migrated if needed). Close the
+    saver (or use it as a context manager) when done; a closed saver raises ``SaverClosedError``. Methods raise what
+    :class:`CheckpointSaver` says; ``SaverTimeoutError`` when no connection of the pool was free for ``timeout``
+    seconds or a lock stayed taken that long, and psycopg's own errors when the server cannot be reached.
+
+    Needs the ``postgres`` extra (``pip install 'rxgraph[postgres]'``: psycopg 3 and psycopg_pool); importing
+    rxgraph does not import them.
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: str | ConnectionPool[Any],
+        *,
+        serde: Serde | None = None,
+        timeout: float = 5.0,
+        schema: str = "rxgraph",
+        cache_size: int = 256,
+        max_connections: int = 10,
+        migrations: Mapping[int, Migration] | None = None,
+        poll_interval: float = 0.5,
+    ) -> None:
+        """Connect, and check (create, or migrate) the saver's schema.
+
+        Args:
+            conninfo_or_pool: a libpq connection string (``"postgresql://user@host/db"``, ``"host=... dbname=..."``),
+                for which the saver opens a pool of its own and closes it on ``close``; or a
+                ``psycopg_pool.ConnectionPool`` of yours, which the saver uses and leaves open. Its connections
+                must use PostgreSQL's default isolation level (read committed); autocommit saves a round trip.
+            serde: the type registry for values; default :data:`~rxgraph.checkpoint.default_serde`.
+            timeout: seconds a call waits for a connection of the pool, and (on the saver's own pool) for a lock
+                another transaction holds, before it raises ``SaverTimeoutError``.
+            schema: the PostgreSQL schema that holds the saver's tables; created when missing. Savers on different
+                schemas of one database do not see each other's threads.
+            cache_size: how many checkpoints (and ``4 * cache_size`` values) are kept in memory.
+            max_connections: the size of the saver's own pool (ignored for a pool you give).
+            migrations: ``{version: callable(connection)}``, overriding the registered schema migrations.
+            poll_interval: seconds between the checks a run waiting for a thread held in another process makes
+                (a release is heard at once; a process that died frees its threads at once, and a waiting run sees
+                that within this time).
+
+        Raises:
+            ConfigurationError: psycopg or psycopg_pool is not installed (the ``postgres`` extra).
+            InvalidArgumentError: ``timeout``, ``cache_size``, ``max_connections``, ``poll_interval`` or ``schema``
+                has a value it cannot have (``argument`` names it); nothing was opened.
+            InvalidTypeError: ``conninfo_or_pool`` is neither a string nor a ``ConnectionPool``.
+            IncompatibleDatabaseError: the schema holds tables of the saver's names that are not an rxgraph
+                checkpoint store, has a newer version, could not be migrated, or the database is not UTF-8
+                (``path`` is the connection string without its password); nothing was written to it.
+            SaverTimeoutError: another process held the schema's lock (creating or migrating it) for ``timeout``
+                seconds.
+            psycopg.OperationalError: the server could not be reached, or refused the connection.
+        """
+        if timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout}", argument="timeout")
+        if not poll_interval > 0:
+            raise InvalidArgumentError(
+                f"poll_interval must be > 0 seconds, got {poll_interval}", argument="poll_interval"
+            )
+        if cache_size < 1:
+            raise InvalidArgumentError(f"cache_size must be >= 1, got {cache_size}", argument="cache_size")
+        if max_connections < 1:
+            raise InvalidArgumentError(
+                f"max_connections must be >= 1, got {max_connections}", argument="max_connections"
+            )
+        if not isinstance(schema, str) or not schema or "\x00" in schema:
+            raise InvalidArgumentError(f"schema must be a non-empty name, got {schema!r}", argument="schema")
+        try:
+            from ._postgres_database import Database
+        except ImportError as error:
+            raise ConfigurationError(
+                f"PostgresSaver needs the postgres extra (pip install 'rxgraph[postgres]'): {error}"
+            ) from error
+        self._schema = schema
+        self._poll_interval = poll_interval
+        self._locks: RunLocks | None = None
+        self._locks_lock = threading.Lock()
+        self._closed = False
+        self._db = Database(
+            conninfo_or_pool, schema=schema, timeout=timeout, max_connections=max_connections, migrations=migrations
+        )
+        self.schema_version: int = self._db.schema_version
+        self._counters = PostgresSaverStats()
+        self._store = IncrementalStore(
+            default_serde if serde is None else serde, cache_size, self._counters, self._db.errors
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        """The database, as its connection string without the password (for messages and logs)."""
+        return self._db.where
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema of the saver's tables."""
+        return self._schema
+
+    @property
+    def stats(self) -> PostgresSaverStats:
+        """This saver's counters since it was opened (still readable once it is closed).
+
+        Returns:
+            A copy, which later calls do not change.
+        """
+        return replace(self._counters)
+
+    def run_locks(self) -> RunLocks:
+        """Run exclusivity shared with every process using this saver's schema: PostgreSQL advisory locks held on a
+        connection of their own, and LISTEN/NOTIFY (see :mod:`rxgraph.checkpoint._postgres_locks`). Opened on first
+        use (graphs ask for it on their first run), closed with the saver.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+        """
+        with self._locks_lock:
+            if self._locks is None:
+                if self._closed:
+                    raise SaverClosedError(f"{self!r} is closed; open a new one")
+                from ._postgres_locks import PostgresRunLocks
+
+                conninfo, kwargs = self._db.conninfo
+                self._locks = PostgresRunLocks(
+                    conninfo, schema=self._schema, poll_interval=self._poll_interval, connect_kwargs=kwargs
+                )
+            return self._locks
+
+    def close(self) -> None:
+        """Stop taking calls and drop the caches; free the threads this process's runs hold for run exclusivity;
+        close the pool when the saver opened it (calls in progress end first). A pool you gave stays open. Later
+        calls raise ``SaverClosedError``; closing again does nothing. Raises nothing."""
+        with self._locks_lock:
+            self._closed, locks, self._locks = True, self._locks, None
+        if locks is not None:
+            locks.close()
+        self._db.close()
+        self._store.clear()
+
+    def __enter__(self) -> PostgresSaver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresSaver({self._db.where!r}, schema={self._schema!r})"
+
+    # -- the contract ------------------------------------------------------------------------------------------
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        """One checkpoint of a thread, or its head (one indexed query, then only what is not cached).
+
+        Args:
+            thread_id: the thread.
+            checkpoint_id: a checkpoint of that thread; ``None`` for its head.
+
+        Returns:
+            The checkpoint, or ``None`` when the thread, or that checkpoint in it, does not exist.
+
+        Raises:
+            CheckpointDecodeError: the stored checkpoint cannot be read back.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+        """
+        with self._db.rows() as rows:
+            return self._store.get(rows, thread_id, checkpoint_id)
+
+    def list(
+        self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
+    ) -> builtins.list[Checkpoint]:
+        """A thread's checkpoints, newest first, read in one query (lists as extensions of the previous one's).
+
+        Args:
+            thread_id: the thread; an unknown one has no checkpoints.
+            limit: at most this many (the newest ones); ``None`` for all.
+            before_seq: only those with ``seq < before_seq``; ``None`` for all.
+
+        Returns:
+            The checkpoints, possibly none.
+
+        Raises:
+            InvalidArgumentError: ``limit`` is negative (``argument="limit"``).
+            CheckpointDecodeError: a stored checkpoint cannot be read back.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+        """
+        check_limit(limit)
+        with self._db.rows() as rows:
+            return self._store.list(rows, thread_id, limit, before_seq)
+
+    def threads(self) -> builtins.list[str]:
+        """Every thread that has at least one checkpoint.
+
+        Returns:
+            Their ids, in no particular order.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+        """
+        return self._db.threads()
+
+    def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
+        """The newest safe checkpoint (``seq < before_seq`` when given), found with one query on a partial index.
+
+        A checkpoint that cannot be decoded is skipped with a warning: it cannot be the base of a new turn.
+
+        Args:
+            thread_id: the thread.
+            before_seq: only a checkpoint with ``seq < before_seq``; ``None`` for any.
+
+        Returns:
+            The checkpoint, or ``None`` when the thread has no (readable) safe one there.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+        """
+        with self._db.rows() as rows:
+            return self._store.latest_safe(rows, thread_id, before_seq)
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        """Store ``checkpoint`` as the new head of its thread, if the head is still ``expected_head``: one
+        transaction that moves the thread's head row and inserts the new rows, or does nothing.
+
+        Args:
+            checkpoint: the new head; its ``seq`` must be the current head's plus one (1 for a new thread) and its
+                id new to the saver.
+            expected_head: the id of the head the caller built on; ``None`` when the thread has no checkpoint yet.
+
+        Returns:
+            ``checkpoint``.
+
+        Raises:
+            CheckpointConflictError: the head is not ``expected_head``; nothing was written.
+            InvalidCheckpointError: the ``seq`` is not the head's plus one, or the id is already stored.
+            SerializationError: a value cannot be stored exactly; nothing was written.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free, or another writer of the thread held its head row, for
+                ``timeout`` seconds; nothing was written.
+        """
+        store = self._store
+        db = self._db
+        with db.connection() as conn:
+            plan = store.plan(checkpoint.values, store.parent(db.rows_on(conn), checkpoint.parent_id))
+            refs, written, items, blobs = db.put(conn, checkpoint, expected_head, plan)
+        # Only now (committed) may the new rows be referred to by later writes.
+        store.stored(checkpoint, refs, written=written, items=items, blobs=blobs)
+        return checkpoint
