@@ -16,8 +16,8 @@ theirs holds or waits for it. The slots drive it; it answers through ``RunLockEv
 - ``unavailable`` says an ``attempt`` failed for want of the database: the runs waiting for that thread fail.
 
 A thread's hold must end with its holder: a process that dies (even killed) loses its holds at once, or within a
-stated lease. Every method returns at once: the work happens on the locks' own threads, and so do the events —
-which must not block for long.
+stated lease. Every method returns at once (but ``release(wait=True)``): the work happens on the locks' own threads,
+and so do the events — which must not block for long.
 """
 
 from __future__ import annotations
@@ -80,8 +80,10 @@ class RunLocks(ABC):
         """A held thread's holder is now ``run_id``, ending or not."""
 
     @abstractmethod
-    def release(self, thread_id: str) -> None:
-        """Free a held thread, and tell the other processes."""
+    def release(self, thread_id: str, *, wait: bool = False) -> None:
+        """Free a held thread (or stop waiting for one), and tell the other processes. With ``wait``, return once
+        the database has freed it — so that a run that has ended is not found still running by the next one,
+        wherever that starts; never pass it on the locks' own threads."""
 
     @abstractmethod
     def interrupt(self, thread_id: str, by_run: str) -> None:

@@ -7,7 +7,6 @@ once the whole upstream was torn down).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,7 +27,7 @@ from ..errors import (
 )
 from ..rx import do_finally, do_on_cancel
 from ..rx._async_iterator import to_async_iterator
-from ..rx._awaitable import loop_of_scheduler, worker_pool
+from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
@@ -191,7 +190,7 @@ class CompiledGraph:
             run_config = config
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
-            run = Run(spec, frozen_input, run_config, on_final_state, _running_loop() if await_here else None)
+            run = Run(spec, frozen_input, run_config, on_final_state, running_loop() if await_here else None)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
             pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))
@@ -292,7 +291,7 @@ class CompiledGraph:
                 f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(spec.nodes)}", node=as_node
             )
         slots, holder = slots_for(saver), _UpdateHolder()
-        claim = slots.claim(thread_id, holder, "reject")  # a live run: ThreadBusyError; one ending: wait for it
+        claim = slots.claim(thread_id, holder, "reject", wait=True)  # a live run: ThreadBusyError; ending: wait
         try:
             if claim.outcome != "granted":
                 holder.wait()
@@ -358,18 +357,10 @@ class _UpdateHolder:
         pass
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running on this thread, if any: a run subscribed from a coroutine awaits its own there."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
 def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:
     """``invoke`` blocks its thread until the run ends: on the loop its run is scheduled on, it would wait forever."""
     loop = loop_of_scheduler(scheduler)
-    if loop is not None and _running_loop() is loop:
+    if loop is not None and running_loop() is loop:
         raise DeadlockError(
             "invoke() was called on the event loop that its run's scheduler runs on: it would block the loop while "
             "waiting for a run that needs that loop to make progress. Subscribe to stream() from the coroutine "

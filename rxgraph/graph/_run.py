@@ -60,7 +60,7 @@ from ..errors import (
     ThreadNotFoundError,
 )
 from ..rx import SignalType
-from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler
+from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler, running_loop
 from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
@@ -311,7 +311,9 @@ class Run:
         thread_id = self.thread_id
         assert thread_id is not None
         try:
-            claim = slots.claim(thread_id, self, self._policy)
+            # Off an event loop, a claim that asks another process's database waits here for its answer, as the
+            # run would start here anyway; on a loop it must not (the answer then comes on the worker pool).
+            claim = slots.claim(thread_id, self, self._policy, wait=running_loop() is None)
         except ThreadBusyError as busy:
             self._schedule(functools.partial(self.fail, busy))  # the name `busy` is gone after the except block
             return Disposable(self._dispose)

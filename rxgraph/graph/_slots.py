@@ -85,6 +85,22 @@ class Claim:
 class _Waiter:
     run: SlotHolder
     policy: MultitaskPolicy
+    # Set while its claim waits, on the claiming thread, for the database's first answer (see RunSlots.claim).
+    answer: threading.Event | None = None
+    outcome: Literal["granted", "queued"] | Exception = "queued"
+
+    def tell(self, outcome: Literal["granted", "queued"] | Exception) -> Callable[[], None] | None:
+        """Give the waiter the database's answer (under the slots' lock): to its blocked claim if it waits for one,
+        else as what to call, without the lock, on the worker pool."""
+        if self.answer is not None:
+            self.outcome, answer, self.answer = outcome, self.answer, None
+            answer.set()
+            return None
+        if outcome == "granted":
+            return self.run.granted
+        if isinstance(outcome, Exception):
+            return functools.partial(self.run.refused, outcome)
+        return None
 
 
 class _Slot:
@@ -117,9 +133,15 @@ class RunSlots:
         if shared is not None:
             shared.open(_Events(self))
 
-    def claim(self, thread_id: str, run: SlotHolder, policy: MultitaskPolicy) -> Claim:
+    def claim(self, thread_id: str, run: SlotHolder, policy: MultitaskPolicy, *, wait: bool = False) -> Claim:
         """Take the thread's slot for ``run``, or line it up as ``policy`` says. Raises ``ThreadBusyError`` for
-        ``"reject"`` when a live run of this process holds the slot."""
+        ``"reject"`` when a live run holds the slot.
+
+        With shared locks, a claim that has to ask the database returns ``"queued"`` and the answer comes later —
+        unless ``wait`` is set: then it waits here for the database's first answer (one round trip), so that a
+        free thread is ``"granted"`` at once and a ``reject`` raises here, as in one process. Waiting suits the
+        thread a run would start on anyway; an event loop's thread passes ``wait=False``.
+        """
         shared = self._shared
         with self._lock:
             slot = self._slots.get(thread_id)
@@ -131,7 +153,7 @@ class RunSlots:
             holder = slot.holder
             if holder is None:
                 # Waiting for the database: every policy lines up; the database's answer refuses or interrupts.
-                waiter = _Waiter(run, policy)
+                waiter = _Waiter(run, policy, threading.Event() if wait else None)
                 slot.waiting.appendleft(waiter) if policy == "interrupt" else slot.waiting.append(waiter)
             elif holder.ending:
                 slot.waiting.append(_Waiter(run, policy))  # only finishing its rewind: every policy waits for that
@@ -145,8 +167,15 @@ class RunSlots:
                 slot.waiting.append(_Waiter(run, policy))
                 return Claim("queued", holder)
         assert shared is not None
+        answer = waiter.answer
         shared.attempt(thread_id, run.run_id)
-        return Claim("queued")
+        if answer is None:
+            return Claim("queued")
+        answer.wait()
+        outcome = waiter.outcome
+        if isinstance(outcome, Exception):
+            raise outcome
+        return Claim(outcome)
 
     def release(self, thread_id: str, run: SlotHolder) -> None:
         """``run`` is done with the thread: free its slot (handing it to the next in line), or, if it was still
@@ -184,7 +213,9 @@ class RunSlots:
             if following is not None:
                 shared.update(thread_id, following.run_id, ending=False)
             if let_go is not None:
-                shared.release(let_go)
+                # Waits for the database: the run ending here is not found still running by the next run,
+                # whichever process starts it.
+                shared.release(let_go, wait=True)
             if attempt is not None:
                 shared.attempt(thread_id, attempt)
         if following is not None:
@@ -226,6 +257,7 @@ class RunSlots:
         shared = self._shared
         assert shared is not None
         granted: SlotHolder | None = None
+        actions: list[Callable[[], None] | None] = []
         with self._lock:
             slot = self._slots.get(thread_id)
             if slot is not None and slot.holder is not None:
@@ -233,33 +265,36 @@ class RunSlots:
             if slot is None or not slot.waiting:
                 if slot is not None:
                     del self._slots[thread_id]
-                granted = None
             else:
-                granted = slot.holder = slot.waiting.popleft().run
+                first = slot.waiting.popleft()
+                granted = slot.holder = first.run
+                actions = [first.tell("granted"), *(waiter.tell("queued") for waiter in slot.waiting)]
                 self._changed.notify_all()
         if granted is None:
             shared.release(thread_id)  # everyone left the line meanwhile
             return
         shared.update(thread_id, granted.run_id, ending=False)
-        _on_pool(granted.granted)
+        _on_pool(*actions)
 
     def _refused(self, thread_id: str, remote: RemoteHolder) -> None:
         shared = self._shared
         assert shared is not None
-        refused: list[SlotHolder] = []
+        actions: list[Callable[[], None] | None] = []
         ask: str | None = None
         with self._lock:
             slot = self._slots.get(thread_id)
             if slot is None or slot.holder is not None:
                 return
-            if not remote.ending:
-                refused = [waiter.run for waiter in slot.waiting if waiter.policy == "reject"]
-                for run in refused:
-                    slot.leave(run)
-                interrupting = next((waiter for waiter in slot.waiting if waiter.policy == "interrupt"), None)
-                if interrupting is not None and remote.run_id not in slot.asked:
-                    slot.asked.add(remote.run_id)
-                    ask = interrupting.run.run_id
+            for waiter in list(slot.waiting):
+                if waiter.policy == "reject" and not remote.ending:
+                    slot.waiting.remove(waiter)
+                    actions.append(waiter.tell(_busy(thread_id, remote.run_id, elsewhere=True)))
+                else:
+                    actions.append(waiter.tell("queued"))
+            interrupting = next((waiter for waiter in slot.waiting if waiter.policy == "interrupt"), None)
+            if interrupting is not None and not remote.ending and remote.run_id not in slot.asked:
+                slot.asked.add(remote.run_id)
+                ask = interrupting.run.run_id
             emptied = not slot.waiting
             if emptied:
                 del self._slots[thread_id]
@@ -267,18 +302,16 @@ class RunSlots:
             shared.interrupt(thread_id, ask)
         if emptied:
             shared.release(thread_id)  # nobody waits for it any more
-        for run in refused:
-            _on_pool(functools.partial(run.refused, _busy(thread_id, remote.run_id, elsewhere=True)))
+        _on_pool(*actions)
 
     def _unavailable(self, thread_id: str, error: Exception) -> None:
         with self._lock:
             slot = self._slots.get(thread_id)
             if slot is None or slot.holder is not None:
                 return
-            waiting = [waiter.run for waiter in slot.waiting]
+            actions = [waiter.tell(error) for waiter in slot.waiting]
             del self._slots[thread_id]
-        for run in waiting:
-            _on_pool(functools.partial(run.refused, error))
+        _on_pool(*actions)
 
     def _retry(self, thread_id: str | None) -> None:
         """Try again for one thread (it was freed) or, with None, for every thread whose line waits."""
@@ -302,7 +335,7 @@ class RunSlots:
             slot.yielding = True
             holder = slot.holder
         if not holder.ending:
-            _on_pool(lambda: holder.interrupt(by_run))
+            _on_pool(functools.partial(holder.interrupt, by_run))
 
 
 class _Events:
@@ -341,9 +374,15 @@ def _busy(thread_id: str, run_id: str | None, *, elsewhere: bool = False) -> Thr
     )
 
 
-def _on_pool(action: Callable[[], None]) -> None:
-    """Run ``action`` on the worker pool: never on a database thread of the locks, which must stay responsive."""
-    worker_pool().schedule(lambda *_: action())
+def _on_pool(*actions: Callable[[], None] | None) -> None:
+    """Run each action on the worker pool: never on a database thread of the locks, which must stay responsive."""
+    for action in actions:
+        if action is not None:
+            worker_pool().schedule(functools.partial(_call, action))
+
+
+def _call(action: Callable[[], None], *_: object) -> None:
+    action()
 
 
 _BY_SAVER: weakref.WeakKeyDictionary[CheckpointSaver, RunSlots] = weakref.WeakKeyDictionary()
