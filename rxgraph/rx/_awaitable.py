@@ -12,7 +12,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from reactivex.scheduler import ThreadPoolScheduler
 
-__all__ = ["background_loop", "from_awaitable", "loop_of_scheduler", "worker_pool"]
+__all__ = ["background_loop", "from_awaitable", "loop_of_scheduler", "running_loop", "worker_pool"]
 
 _T = TypeVar("_T")
 
@@ -42,6 +42,14 @@ def background_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _background = loop
         return _background
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def loop_of_scheduler(scheduler: abc.SchedulerBase | None) -> asyncio.AbstractEventLoop | None:

@@ -1,0 +1,113 @@
+"""An agent's ``astream`` left at each phase of a turn — by ``break``, by closing the iterator, by cancelling the
+task — with ``OpenAIChatModel`` talking to a ``ChatCompletionsServer``: the model's HTTP stream is closed when one is
+open, the thread is rewound, and the next turn's request is one a strict API accepts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+from _weather_api import PHASES, QUESTION, WAIT, Scenario, scenario_maker
+from serve._serving import RewindWatch
+
+from rxgraph import CheckpointSaver, MemorySaver, NodeOutput, RunnableConfig, RunOutput, StreamingOutput
+
+HOW = ["break", "aclose", "cancel"]
+CONFIG = RunnableConfig(thread_id="t")
+
+
+@pytest.fixture
+def scenarios() -> Iterator[Callable[[str, CheckpointSaver], Scenario]]:
+    with scenario_maker() as make:
+        yield make
+
+
+async def _reached(scenario: Scenario, phase: str, output: RunOutput) -> bool:
+    """Whether the turn is at ``phase`` once ``output`` came (waiting, off the loop, for the tool or the API)."""
+    wait = asyncio.get_running_loop().run_in_executor
+    if phase == "while the answer streams":
+        return isinstance(output, StreamingOutput) and output.node == "model" and output.chunk.content == "Sunny"
+    if phase == "while the tool runs":
+        return (
+            isinstance(output, NodeOutput) and output.node == "model" and await wait(None, scenario.tool_started.wait)
+        )
+    if phase == "between the tool and the answer" and isinstance(output, NodeOutput) and output.node == "tools":
+        await wait(None, scenario.gate.wait_for_arrivals, 1, WAIT)  # the answer was asked for, and has not begun
+        return True
+    return False
+
+
+async def _leave(scenario: Scenario, phase: str, how: str) -> None:
+    """Start the weather turn with ``astream`` and leave it at ``phase``, the way ``how`` says."""
+    outputs: AsyncIterator[RunOutput] = scenario.agent.astream(QUESTION, CONFIG)
+    there = asyncio.Event()
+
+    async def consume() -> None:
+        async for output in outputs:
+            if await _reached(scenario, phase, output):
+                if how == "break":
+                    break
+                if how == "aclose":
+                    await outputs.aclose()  # type: ignore[attr-defined]
+                    break
+                there.set()
+                await asyncio.Event().wait()  # the task is cancelled here
+        else:
+            raise AssertionError("the turn ended before the phase was reached")
+
+    task = asyncio.create_task(consume())
+    if how == "cancel":
+        if phase == "before the first output":
+            await asyncio.get_running_loop().run_in_executor(None, scenario.gate.wait_for_arrivals, 1, WAIT)
+        else:
+            await asyncio.wait_for(there.wait(), WAIT)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return
+    await asyncio.wait_for(task, WAIT)
+    if how == "break":
+        await outputs.aclose()  # type: ignore[attr-defined]  # as `break` does once the iterator is dropped
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("how", HOW)
+def test_leaving_astream_closes_the_models_stream_rewinds_and_the_next_request_is_accepted(
+    how: str, phase: str, scenarios: Callable[[str, CheckpointSaver], Scenario]
+) -> None:
+    if phase == "before the first output" and how != "cancel":
+        pytest.skip("an async for can only be left by its body once an output came; only a cancel leaves before")
+    saver = RewindWatch(MemorySaver())
+    scenario = scenarios(phase, saver)
+    api = scenario.api
+
+    async def main() -> None:
+        assert (await scenario.agent.ainvoke("Hi", CONFIG)).content == "Hello!"
+        before = saver.get("t")
+        assert before is not None
+
+        await _leave(scenario, phase, how)
+
+        weather_requests = 1 if phase in ("before the first output", "while the tool runs") else 2
+        last = api.request(weather_requests, WAIT)
+        if phase == "while the tool runs":
+            assert scenario.tool_saw_cancel.wait(WAIT)
+            assert last.wait(WAIT) == "completed"  # no model stream was open: the tool was running
+        else:
+            assert last.wait(WAIT) == "aborted"  # the model's HTTP stream was closed while it was still answering
+        rewind = saver.wait_for_rewind()
+        assert rewind.parent_id == before.id and rewind.values == before.values
+
+        assert (await scenario.agent.ainvoke("Thanks!", CONFIG)).content == "You're welcome."
+        following = api.request(weather_requests + 1, WAIT)
+        assert (following.status, following.wait(WAIT)) == (200, "completed")  # a strict API took it
+        assert [(m["role"], m["content"]) for m in following.messages] == [
+            ("user", "Hi"),
+            ("assistant", "Hello!"),
+            ("user", "Thanks!"),
+        ]
+        assert len(saver.rewinds) == 1
+
+    asyncio.run(main())
