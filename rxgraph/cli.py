@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         return 1
 
 
+_DB_HELP = "an rxgraph SQLite file, or a PostgreSQL database as a URL (postgresql://user@host:port/dbname)"
+_SCHEMA_HELP = "with a PostgreSQL --db: the schema of the saver's tables (default: %(default)s)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rxgraph", description="Reactive agent graphs whose turns stay atomic under cancellation."
@@ -77,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
             'objects; bytes as {"$bytes": "<base64>"}; non-finite floats as the strings "nan", "inf" and "-inf".'
         ),
     )
-    inspect.add_argument("--db", required=True, help="an rxgraph SQLite file")
+    inspect.add_argument("--db", required=True, help=_DB_HELP)
+    inspect.add_argument("--schema", default="rxgraph", help=_SCHEMA_HELP)
     inspect.add_argument("--thread", help="show this thread's checkpoints")
     inspect.add_argument(
         "--checkpoint",
@@ -94,14 +99,16 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="integrity check, and the threads whose head cannot take new input or whose last run failed",
         description=(
-            "Run SQLite's integrity check, then list the threads whose head cannot take new input (their message "
+            "Run SQLite's integrity check (on PostgreSQL: open the saver's schema, which checks its version), then "
+            "list the threads whose head cannot take new input (their message "
             "history is incomplete, or the head cannot be read; a new run with input starts from their newest "
             "checkpoint that can) and, for information, those whose last run failed, with its error. A thread "
-            "without a message history is fine. Exit status 1 when the integrity check fails or the file is no rxgraph "
-            "database; the threads listed do not change it."
+            "without a message history is fine. Exit status 1 when the integrity check fails or the database is no "
+            "rxgraph database; the threads listed do not change it."
         ),
     )
-    check.add_argument("--db", required=True, help="an rxgraph SQLite file")
+    check.add_argument("--db", required=True, help=_DB_HELP)
+    check.add_argument("--schema", default="rxgraph", help=_SCHEMA_HELP)
     check.set_defaults(handler=_check)
 
     serve = commands.add_parser(
@@ -112,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
             "/threads/ID/runs/stream), a client that disconnects cancels its run, which is rewound, and GET "
             "/threads/ID/state and /threads/ID/history read a thread; for an agent, / is a chat page. ATTR is a "
             "CompiledGraph or a ReactAgent, or a function that takes a checkpointer and returns one: it is given a "
-            "SqliteSaver on --db, or else a MemorySaver."
+            "SqliteSaver on --db (a PostgresSaver for a postgresql:// URL), or else a MemorySaver."
         ),
         epilog="Try it: rxgraph serve rxgraph.examples.chat:make, then open http://127.0.0.1:8000/",
     )
@@ -121,7 +128,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="what to serve, e.g. rxgraph.examples.chat:make (MODULE is imported from the current directory too)",
     )
-    serve.add_argument("--db", metavar="FILE", help="keep the threads in this SQLite file (default: in memory)")
+    serve.add_argument(
+        "--db",
+        metavar="FILE|URL",
+        help="keep the threads in this SQLite file or PostgreSQL database (postgresql://...; several servers may "
+        "share it) (default: in memory)",
+    )
+    serve.add_argument("--schema", default="rxgraph", help=_SCHEMA_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(
         "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
@@ -146,10 +159,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(
             f"serving needs the serve extra ({missing.name or missing} is not installed): pip install 'rxgraph[serve]'"
         ) from missing
-    target, saver = _load_target(args.target, args.db)
+    target, saver = _load_target(args.target, args.db, args.schema)
     try:
         app = create_app(target)
-        where = f"in {args.db}" if args.db else "in memory"
+        where = f"in {_name(saver, args.db)}" if saver is not None else "in memory"
         address = f"http://{args.host}:{args.port}/" if args.port else "the address uvicorn shows"
         print(f"rxgraph serve: {args.target} ({type(target).__name__}), threads {where}; open {address}", file=out)
         out.flush()
@@ -160,13 +173,13 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _load_target(spec: str, db: str | None) -> tuple[Any, Any]:
-    """The graph or agent ``MODULE:ATTR`` names, and the SQLite saver opened for it on ``db`` (to close once the
-    server has stopped; None when there is none)."""
+def _load_target(spec: str, db: str | None, schema: str) -> tuple[Any, Any]:
+    """The graph or agent ``MODULE:ATTR`` names, and the saver opened for it on ``db`` (to close once the server has
+    stopped; None when there is none)."""
     import importlib
 
     from .agent import ReactAgent
-    from .checkpoint import MemorySaver, SqliteSaver
+    from .checkpoint import MemorySaver
     from .graph import CompiledGraph
 
     module_name, _, attribute = spec.partition(":")
@@ -192,31 +205,58 @@ def _load_target(spec: str, db: str | None) -> tuple[Any, Any]:
         return found, None
     if not callable(found):
         raise CliError(f"{spec} is a {type(found).__name__}: expected a CompiledGraph, a ReactAgent or a function")
-    sqlite = SqliteSaver(db) if db is not None else None
+    saver = _open(db, schema, create=True) if db is not None else None
     try:
-        made = found(sqlite if sqlite is not None else MemorySaver())
+        made = found(saver if saver is not None else MemorySaver())
         if not isinstance(made, servable):
             raise CliError(
                 f"{spec}(checkpointer) returned a {type(made).__name__}: expected a CompiledGraph or a ReactAgent"
             )
     except BaseException:
-        if sqlite is not None:
-            sqlite.close()
+        if saver is not None:
+            saver.close()
         raise
-    return made, sqlite
+    return made, saver
 
 
-def _open(db: str) -> Any:
+def _is_postgres(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def _open(db: str, schema: str, *, create: bool = False) -> Any:
+    """A saver on ``db``: a PostgresSaver for a ``postgresql://`` URL, else a SqliteSaver on an existing file (or a
+    new one, with ``create``)."""
+    if _is_postgres(db):
+        try:
+            import psycopg
+
+            from .checkpoint import PostgresSaver
+        except ImportError as missing:
+            raise CliError(
+                f"a PostgreSQL --db needs the postgres extra ({missing.name or missing} is not installed): "
+                "pip install 'rxgraph[postgres]'"
+            ) from missing
+        try:
+            return PostgresSaver(db, schema=schema)
+        except psycopg.Error as error:
+            raise CliError(f"cannot open the PostgreSQL database: {error}".strip()) from error
     from .checkpoint import SqliteSaver
 
     path = Path(db)
-    if not path.is_file():
+    if not create and not path.is_file():
         raise CliError(f"no such database file: {db}")
     return SqliteSaver(path)
 
 
+def _name(saver: Any, db: str) -> str:
+    """How messages name the database: a PostgreSQL one without its password."""
+    where = getattr(saver, "where", None)
+    return f"{where} (schema {saver.schema})" if isinstance(where, str) else db
+
+
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
-    saver = _open(args.db)
+    saver = _open(args.db, args.schema)
+    db = _name(saver, args.db)
     try:
         if args.thread is None:
             rows: list[dict[str, Any]] = []
@@ -228,7 +268,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                     rows.append(
                         {
                             "thread_id": thread,
-                            "head_seq": _seq_of(args.db, error.checkpoint_id),
+                            "head_seq": error.seq,
                             "head_safe": None,
                             "head_source": None,
                             "error": str(error),
@@ -264,7 +304,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                     print("(no threads)", file=out)
             return 0
         if args.checkpoint is not None:
-            checkpoint = _find_checkpoint(saver, args.db, args.thread, args.checkpoint)
+            checkpoint = _find_checkpoint(saver, db, args.thread, args.checkpoint)
             document = {"metadata": {"thread_id": checkpoint.thread_id, **checkpoint_metadata(checkpoint)}}
             document["values"] = {key: to_json(value) for key, value in checkpoint.values.items()}
             json.dump(document, out, indent=2, allow_nan=False)
@@ -272,7 +312,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             return 0
         checkpoints = saver.list(args.thread)
         if not checkpoints:
-            raise _no_thread(saver, args.db, args.thread)
+            raise _no_thread(saver, db, args.thread)
         summaries = [checkpoint_metadata(c) for c in checkpoints]
         if args.json:
             json.dump({"thread_id": args.thread, "checkpoints": summaries}, out, indent=2)
@@ -303,18 +343,22 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
-    path = Path(args.db)
-    if not path.is_file():
-        raise CliError(f"no such database file: {args.db}")
-    with closing(_read_only(path)) as connection:
-        result = [row[0] for row in connection.execute("PRAGMA integrity_check")]
-    if result != ["ok"]:
-        print(f"integrity check FAILED for {args.db}:", file=out)
-        for line in result:
-            print(f"  {line}", file=out)
-        return 1
-    print(f"integrity check: ok ({args.db})", file=out)
-    saver = _open(args.db)
+    if _is_postgres(args.db):
+        saver = _open(args.db, args.schema)  # opening checks the schema: ours, and a version this rxgraph reads
+        print(f"schema: ok ({_name(saver, args.db)}, version {saver.schema_version})", file=out)
+    else:
+        path = Path(args.db)
+        if not path.is_file():
+            raise CliError(f"no such database file: {args.db}")
+        with closing(_read_only(path)) as connection:
+            result = [row[0] for row in connection.execute("PRAGMA integrity_check")]
+        if result != ["ok"]:
+            print(f"integrity check FAILED for {args.db}:", file=out)
+            for line in result:
+                print(f"  {line}", file=out)
+            return 1
+        print(f"integrity check: ok ({args.db})", file=out)
+        saver = _open(args.db, args.schema)
     try:
         threads = sorted(saver.threads())
         incomplete, unreadable, failed = 0, 0, 0
@@ -389,13 +433,6 @@ def _continued(text: str, indent: str) -> str:
 
 def _read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-
-
-def _seq_of(db: str, checkpoint_id: str) -> int | None:
-    """The seq of a checkpoint that cannot be decoded, read from its row alone."""
-    with closing(_read_only(Path(db))) as connection:
-        row = connection.execute("SELECT seq FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
-    return None if row is None else int(row[0])
 
 
 def _table(out: TextIO, header: list[str], rows: list[list[Any]], notes: Sequence[str | None] = ()) -> None:
