@@ -73,6 +73,10 @@ class Sizes:
     # serve: concurrent streaming turns through a real HTTP server, in this many rounds per side
     serve_turns: int
     serve_rounds: int
+    # postgres: chat turns on one thread (figures at history_marks), then writers x turns at once
+    postgres_turns: int
+    postgres_writers: int
+    postgres_writer_turns: int
     # repetitions (or turns, on a separate thread) thrown away before measuring
     warmup: int
     # half-width of the window of turns whose median is reported at a mark
@@ -101,6 +105,9 @@ FULL = Sizes(
     safe_head_repeats=25,
     serve_turns=200,
     serve_rounds=3,
+    postgres_turns=1000,
+    postgres_writers=8,
+    postgres_writer_turns=100,
     warmup=3,
     window=5,
 )
@@ -120,6 +127,9 @@ QUICK = Sizes(
     safe_head_repeats=7,
     serve_turns=50,
     serve_rounds=1,
+    postgres_turns=200,
+    postgres_writers=8,
+    postgres_writer_turns=25,
     warmup=2,
     window=3,
 )
@@ -139,6 +149,9 @@ TINY = Sizes(
     safe_head_repeats=2,
     serve_turns=4,
     serve_rounds=1,
+    postgres_turns=12,
+    postgres_writers=2,
+    postgres_writer_turns=2,
     warmup=1,
     window=1,
     collect_garbage=False,

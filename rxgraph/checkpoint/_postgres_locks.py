@@ -140,37 +140,37 @@ class PostgresRunLocks(RunLocks):
                 self._reconnect()
 
     def _attempt(self, thread_id: str, run_id: str) -> None:
-        conn = self._connection()
         key = lock_key(self._schema, thread_id)
         with self._lock:
             self._threads_by_key.setdefault(key, set()).add(thread_id)
+        assert self._events is not None
         if self._holds(thread_id):
-            self._acquired(thread_id)
+            self._events.acquired(thread_id, None)
             return
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-        if row is not None and row[0]:
-            conn.execute(
+        # One round trip: try the lock; if taken, say so in run_slots; either way read what the row said before.
+        row = (
+            self._connection()
+            .execute(
                 sql.SQL(
-                    "INSERT INTO {} (thread_id, run_id, ending, owner) VALUES (%s, %s, false, %s) "
-                    "ON CONFLICT (thread_id) DO UPDATE SET run_id = excluded.run_id, ending = false, "
-                    "owner = excluded.owner, since = now()"
-                ).format(self._table),
-                (thread_id, run_id, self._owner),
+                    "WITH got AS (SELECT pg_try_advisory_lock(%(key)s) AS ok), "
+                    "mine AS (INSERT INTO {table} (thread_id, run_id, ending, owner) "
+                    "  SELECT %(thread)s, %(run)s, false, %(owner)s FROM got WHERE ok "
+                    "  ON CONFLICT (thread_id) DO UPDATE SET run_id = excluded.run_id, ending = false, "
+                    "  owner = excluded.owner, since = now()) "
+                    "SELECT got.ok, slot.run_id, slot.ending "
+                    "FROM got LEFT JOIN {table} slot ON slot.thread_id = %(thread)s"
+                ).format(table=self._table),
+                {"key": key, "thread": thread_id, "run": run_id, "owner": self._owner},
             )
+            .fetchone()
+        )
+        assert row is not None
+        if row[0]:
             with self._lock:
                 self._held.add(thread_id)
-            self._acquired(thread_id)
-            return
-        found = conn.execute(
-            sql.SQL("SELECT run_id, ending FROM {} WHERE thread_id = %s").format(self._table), (thread_id,)
-        ).fetchone()
-        holder = RemoteHolder(found[0], bool(found[1])) if found is not None else RemoteHolder(None, False)
-        assert self._events is not None
-        self._events.refused(thread_id, holder)
-
-    def _acquired(self, thread_id: str) -> None:
-        assert self._events is not None
-        self._events.acquired(thread_id)
+            self._events.acquired(thread_id, run_id)
+        else:
+            self._events.refused(thread_id, RemoteHolder(row[1], bool(row[2])))
 
     def _update(self, thread_id: str, run_id: str, ending: bool) -> None:
         if self._holds(thread_id):
@@ -185,20 +185,24 @@ class PostgresRunLocks(RunLocks):
         if not self._holds(thread_id):
             self._forget(thread_id)  # it was only waiting: stop listening for it
             return
-        conn = self._connection()
         with self._lock:
             self._held.discard(thread_id)
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE thread_id = %s AND owner = %s").format(self._table), (thread_id, self._owner)
+        key = lock_key(self._schema, thread_id)
+        # One round trip: the row goes, the lock is freed, and the waiting processes hear of it on commit.
+        self._connection().execute(
+            sql.SQL(
+                "WITH gone AS (DELETE FROM {} WHERE thread_id = %s AND owner = %s) "
+                "SELECT pg_advisory_unlock(%s), pg_notify(%s, %s)"
+            ).format(self._table),
+            (thread_id, self._owner, key, CHANNEL, self._payload("released", key, None)),
         )
-        conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self._schema, thread_id),))
         self._forget(thread_id)
-        self._notify("released", thread_id, None)
+
+    def _payload(self, kind: str, key: int, by_run: str | None) -> str:
+        return json.dumps({"kind": kind, "schema": self._schema, "key": key, "by": by_run})
 
     def _notify(self, kind: str, thread_id: str, by_run: str | None) -> None:
-        payload = json.dumps(
-            {"kind": kind, "schema": self._schema, "key": lock_key(self._schema, thread_id), "by": by_run}
-        )
+        payload = self._payload(kind, lock_key(self._schema, thread_id), by_run)
         self._connection().execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
     def _holds(self, thread_id: str) -> bool:

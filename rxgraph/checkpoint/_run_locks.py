@@ -41,8 +41,9 @@ class RemoteHolder:
 class RunLockEvents(Protocol):
     """What ``RunLocks`` tells the run slots (on its own threads)."""
 
-    def acquired(self, thread_id: str) -> None:
-        """An ``attempt`` took the thread: it is this process's until ``release``."""
+    def acquired(self, thread_id: str, run_id: str | None) -> None:
+        """An ``attempt`` took the thread: it is this process's until ``release``. ``run_id`` is the run the
+        database now names as its holder (the attempt's), or None when the thread was held here already."""
 
     def refused(self, thread_id: str, holder: RemoteHolder) -> None:
         """An ``attempt`` found the thread held by another process."""

@@ -253,7 +253,7 @@ class RunSlots:
 
     # -- what the database says (on the locks' threads) -----------------------------------------------------------
 
-    def _acquired(self, thread_id: str) -> None:
+    def _acquired(self, thread_id: str, named: str | None) -> None:
         shared = self._shared
         assert shared is not None
         granted: SlotHolder | None = None
@@ -273,7 +273,8 @@ class RunSlots:
         if granted is None:
             shared.release(thread_id)  # everyone left the line meanwhile
             return
-        shared.update(thread_id, granted.run_id, ending=False)
+        if granted.run_id != named:
+            shared.update(thread_id, granted.run_id, ending=False)
         _on_pool(*actions)
 
     def _refused(self, thread_id: str, remote: RemoteHolder) -> None:
@@ -344,8 +345,8 @@ class _Events:
     def __init__(self, slots: RunSlots) -> None:
         self._slots = slots
 
-    def acquired(self, thread_id: str) -> None:
-        self._slots._acquired(thread_id)
+    def acquired(self, thread_id: str, run_id: str | None) -> None:
+        self._slots._acquired(thread_id, run_id)
 
     def refused(self, thread_id: str, holder: RemoteHolder) -> None:
         self._slots._refused(thread_id, holder)
