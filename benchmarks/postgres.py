@@ -7,7 +7,7 @@ rxgraph's ``PostgresSaver`` against LangGraph's own (``langgraph-checkpoint-post
 - ``postgres_turns`` (1,000) turns on one thread, the two systems alternating turn by turn; each turn one timed
   ``invoke``. The figure at turn N is the median of the turns within ``window`` of N.
 - Bytes stored afterwards: ``pg_total_relation_size`` (rows, TOAST and indexes) summed over each schema's tables,
-  after ``VACUUM`` so that dead rows do not count.
+  after ``VACUUM`` so that dead rows do not count. Warm-up turns ran on other schemas.
 - ``postgres_writers`` (8) threads each run ``postgres_writer_turns`` turns on threads of their own, at the same
   time, through one saver (and one pool of 8 connections) per system: checkpoints written per second over the wall
   time (rxgraph counts its puts; LangGraph's are counted as rows in its ``checkpoints`` table).
@@ -216,19 +216,21 @@ def _measure(result: BenchResult, url: str, sizes: Sizes, langgraph: bool) -> No
     names = ["rxgraph", "langgraph"] if langgraph else ["rxgraph"]
     run_id = uuid.uuid4().hex[:8]
     schemas = {name: f"bench_{name}_{run_id}" for name in names}
+    warm_schemas = {name: f"bench_{name}_{run_id}_warmup" for name in names}
     note = "" if langgraph else NOT_INSTALLED
     try:
+        # Code paths warmed up on throwaway schemas, so that the measured ones hold only the measured thread.
+        with ExitStack() as stack:
+            warm_sides = {name: _SIDES[name](url, warm_schemas[name], stack) for name in names}
+            counters = {name: itertools.count(1) for name in names}
+            warm = {name: _trial(warm_sides[name], "warmup", counters[name]) for name in names}
+            interleave(warm, sizes.warmup * 5, collect=sizes.collect)
         with ExitStack() as stack:
             sides = {name: _SIDES[name](url, schemas[name], stack) for name in names}
-            # warm-up on a thread of its own, then the measured thread
-            counters = {name: itertools.count(1) for name in names}
-            warm = {name: _trial(sides[name], "warmup", counters[name]) for name in names}
-            interleave(warm, sizes.warmup * 5, collect=sizes.collect)
-            before = {name: _schema_bytes(url, schemas[name]) for name in names}
             counters = {name: itertools.count(1) for name in names}
             trials = {name: _trial(sides[name], "chat", counters[name]) for name in names}
             series = interleave(trials, turns, collect=sizes.collect, collect_every=10)
-            stored = {name: _schema_bytes(url, schemas[name]) - before[name] for name in names}
+            stored = {name: _schema_bytes(url, schemas[name]) for name in names}
             result.samples["turns"] = series
             marks = [m for m in sizes.history_marks if m <= turns]
             first, last = marks[0], marks[-1]
@@ -292,7 +294,7 @@ def _measure(result: BenchResult, url: str, sizes: Sizes, langgraph: bool) -> No
                 )
             )
     finally:
-        _drop(url, list(schemas.values()))
+        _drop(url, [*schemas.values(), *warm_schemas.values()])
 
 
 def _get(at: dict[str, dict[int, float]], name: str, mark: int) -> float | None:
