@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._frozen import freeze
-from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError
+from ..errors import CheckpointConflictError, InvalidArgumentError, InvalidCheckpointError, InvalidTypeError
 
 if TYPE_CHECKING:
     from ._run_locks import RunLocks
@@ -22,9 +22,11 @@ __all__ = [
     "CheckpointSaver",
     "CheckpointSource",
     "check_limit",
+    "check_prune",
     "check_put",
     "duplicate_id",
     "new_checkpoint",
+    "select_pruned",
 ]
 
 CheckpointSource = Literal["input", "loop", "rewind", "update", "error"]
@@ -183,6 +185,70 @@ def check_limit(limit: int | None) -> None:
         raise InvalidArgumentError(f"limit must be None or >= 0, got {limit}", argument="limit")
 
 
+def check_prune(keep_last: int | None, before: datetime | None) -> None:
+    """Raise unless ``keep_last`` and ``before`` are valid arguments of ``CheckpointSaver.prune``: at least one given,
+    ``keep_last`` a whole number >= 0, ``before`` a datetime with a time zone.
+
+    Raises:
+        InvalidArgumentError: neither is given (``argument="keep_last"``), ``keep_last`` is negative, or ``before``
+            has no time zone (``argument`` names it).
+        InvalidTypeError: ``keep_last`` is not an int, or ``before`` not a datetime.
+    """
+    if keep_last is None and before is None:
+        raise InvalidArgumentError(
+            "prune needs keep_last, before, or both: it keeps the newest keep_last checkpoints and those created at "
+            "or after before",
+            argument="keep_last",
+        )
+    if keep_last is not None:
+        if type(keep_last) is not int:
+            raise InvalidTypeError(f"keep_last must be an int, got {keep_last!r}", argument="keep_last")
+        if keep_last < 0:
+            raise InvalidArgumentError(f"keep_last must be None or >= 0, got {keep_last}", argument="keep_last")
+    if before is not None:
+        if not isinstance(before, datetime):
+            raise InvalidTypeError(f"before must be a datetime, got {before!r}", argument="before")
+        if before.utcoffset() is None:
+            raise InvalidArgumentError(
+                f"before must have a time zone (datetime.now(UTC), say), got {before!r}", argument="before"
+            )
+
+
+def select_pruned(
+    history: Sequence[tuple[int, bool, datetime | None]], *, keep_last: int | None, before: datetime | None
+) -> builtins.list[int]:
+    """Which checkpoints of a thread ``prune`` drops: the one rule every saver applies.
+
+    A checkpoint goes when it is not among the newest ``keep_last`` (when given) and was created before ``before``
+    (when given); the head and the newest safe checkpoint always stay, so that the thread keeps its head and a new
+    turn still finds its base. A checkpoint whose time is unknown stays when ``before`` is given; a stored time
+    without a zone counts as UTC.
+
+    Args:
+        history: the thread's checkpoints, newest first, as ``(seq, safe, created_at)``.
+        keep_last, before: as ``prune`` takes them (checked with :func:`check_prune`).
+
+    Returns:
+        The seqs to drop, newest first.
+    """
+    dropped: builtins.list[int] = []
+    safe_seen = False
+    for index, (seq, safe, created_at) in enumerate(history):
+        keep = index == 0 or (safe and not safe_seen)
+        safe_seen = safe_seen or safe
+        if keep_last is not None and index < keep_last:
+            keep = True
+        if before is not None and (created_at is None or _aware(created_at) >= before):
+            keep = True
+        if not keep:
+            dropped.append(seq)
+    return dropped
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
 class CheckpointSaver(abc.ABC):
     """Stores the checkpoints of many threads. Implementations must be safe to call from several threads.
 
@@ -302,6 +368,52 @@ class CheckpointSaver(abc.ABC):
             before_seq = older[-1].seq
             page = min(page * 4, 256)
         return None
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Remove a thread entirely: its checkpoints, and whatever storage only they used.
+
+        A run still writing to the thread fails at its next write with ``CheckpointConflictError`` (the head it
+        expects is gone); a later ``put`` with ``expected_head=None`` starts the thread again at seq 1.
+
+        Args:
+            thread_id: the thread; an unknown one is left as it is.
+
+        Returns:
+            How many checkpoints were removed (0 for an unknown thread).
+
+        Raises:
+            NotImplementedError: the saver keeps every checkpoint (the default; ``SaverContract`` skips its
+                retention checks for such a saver).
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time; nothing was removed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps every checkpoint: it has no delete_thread")
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        """Drop the older checkpoints of a thread (see :func:`select_pruned` for which), and the storage only they
+        used. The thread stays usable: its head and its newest safe checkpoint stay, so a new turn finds the same
+        base as before; ``list`` (and ``get_state_history``) shows what is left, with gaps in ``seq``; a dropped
+        checkpoint is gone (``get`` answers ``None``), and a kept one's ``parent_id`` may name one that is gone.
+
+        Args:
+            thread_id: the thread; an unknown one has nothing to drop.
+            keep_last: keep the newest this many (>= 0); ``None``: decide by ``before`` alone.
+            before: keep those created at or after this time (with a time zone); ``None``: decide by ``keep_last``
+                alone. With both, a checkpoint goes only when both let it go.
+
+        Returns:
+            How many checkpoints were dropped.
+
+        Raises:
+            InvalidArgumentError: neither ``keep_last`` nor ``before`` is given, ``keep_last`` is negative, or
+                ``before`` has no time zone (``argument`` names it).
+            InvalidTypeError: ``keep_last`` is not an int, or ``before`` not a datetime.
+            NotImplementedError: the saver keeps every checkpoint (the default; ``SaverContract`` skips its
+                retention checks for such a saver).
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: the saver could not get its storage in time; nothing was dropped.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps every checkpoint: it has no prune")
 
     def run_locks(self) -> RunLocks | None:
         """Run exclusivity shared with the other processes using this saver's storage, or ``None`` (the default):

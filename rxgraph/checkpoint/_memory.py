@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import builtins
 import threading
+from bisect import bisect_left
+from datetime import datetime
 
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_put
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune, check_put, select_pruned
 
 __all__ = ["MemorySaver"]
 
@@ -18,7 +20,8 @@ class MemorySaver(CheckpointSaver):
     can be stored (``SqliteSaver`` accepts fewer types: test with the saver you deploy).
 
     It takes no arguments and has nothing to close. Its methods raise what :class:`CheckpointSaver` says, except
-    that it never times out, is never closed and decodes nothing.
+    that it never times out, is never closed and decodes nothing. ``prune`` and ``delete_thread`` let go of the
+    checkpoints (values still shared with a kept checkpoint stay in memory through it).
     """
 
     def __init__(self) -> None:
@@ -40,7 +43,8 @@ class MemorySaver(CheckpointSaver):
         check_limit(limit)
         with self._lock:
             chain = self._chains.get(thread_id, [])
-            end = len(chain) if before_seq is None else max(0, min(len(chain), before_seq - 1))
+            # Seqs have gaps once a thread is pruned.
+            end = len(chain) if before_seq is None else bisect_left(chain, before_seq, key=_seq)
             start = 0 if limit is None else max(0, end - limit)
             return chain[start:end][::-1]
 
@@ -64,3 +68,27 @@ class MemorySaver(CheckpointSaver):
     def threads(self) -> builtins.list[str]:
         with self._lock:
             return list(self._chains)
+
+    def delete_thread(self, thread_id: str) -> int:
+        with self._lock:
+            chain = self._chains.pop(thread_id, [])
+            for checkpoint in chain:
+                del self._by_id[checkpoint.id]
+            return len(chain)
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        check_prune(keep_last, before)
+        with self._lock:
+            chain = self._chains.get(thread_id, [])
+            history = [(c.seq, c.safe, c.created_at) for c in reversed(chain)]
+            dropped = set(select_pruned(history, keep_last=keep_last, before=before))
+            if dropped:
+                for checkpoint in chain:
+                    if checkpoint.seq in dropped:
+                        del self._by_id[checkpoint.id]
+                chain[:] = [c for c in chain if c.seq not in dropped]
+            return len(dropped)
+
+
+def _seq(checkpoint: Checkpoint) -> int:
+    return checkpoint.seq

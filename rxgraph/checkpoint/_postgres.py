@@ -12,11 +12,12 @@ import builtins
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidArgumentError, SaverClosedError
-from ._base import Checkpoint, CheckpointSaver, check_limit
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune
 from ._incremental import IncrementalStats, IncrementalStore
 from ._run_locks import RunLocks
 from ._serde import Serde, default_serde
@@ -293,8 +294,70 @@ class PostgresSaver(CheckpointSaver):
         store = self._store
         db = self._db
         with db.connection() as conn:
-            plan = store.plan(checkpoint.values, store.parent(db.rows_on(conn), checkpoint.parent_id))
-            refs, written, items, blobs = db.put(conn, checkpoint, expected_head, plan)
+            rows = db.rows_on(conn)
+            plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
+            refs, row, written, items, blobs = db.put(
+                conn,
+                checkpoint,
+                expected_head,
+                plan,
+                lambda plan, head_manifest: store.confirm(plan, rows, checkpoint, expected_head, head_manifest),
+            )
         # Only now (committed) may the new rows be referred to by later writes.
-        store.stored(checkpoint, refs, written=written, items=items, blobs=blobs)
+        store.stored(checkpoint, refs, row, written=written, items=items, blobs=blobs)
         return checkpoint
+
+    # -- retention ---------------------------------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Remove a thread: its head row, its checkpoints, and the items and blobs only they used, in one
+        transaction that waits for (and makes wait) the thread's writers, and no one else.
+
+        Args:
+            thread_id: the thread; an unknown one is left as it is.
+
+        Returns:
+            How many checkpoints were removed.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free, or a writer of the thread held it, for ``timeout`` seconds;
+                nothing changed.
+        """
+        store = self._store
+        retention = self._db.retain(
+            thread_id, lambda history: store.retention(thread_id, history, everything=True), delete_head=True
+        )
+        store.forget(thread_id, retention.ids, thread_gone=True)
+        return len(retention.ids)
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        """Drop a thread's older checkpoints (the rule is ``select_pruned``'s: the head and the newest safe one
+        stay), and the items and blobs no remaining checkpoint uses, in one transaction that holds the thread's head
+        row. PostgreSQL's autovacuum gives the space back to the tables.
+
+        Args:
+            thread_id: the thread; an unknown one has nothing to drop.
+            keep_last: keep the newest this many; ``None``: decide by ``before`` alone.
+            before: keep those created at or after this time (with a time zone); ``None``: by ``keep_last`` alone.
+
+        Returns:
+            How many checkpoints were dropped.
+
+        Raises:
+            InvalidArgumentError: neither ``keep_last`` nor ``before``, a negative ``keep_last``, or a ``before``
+                without a time zone.
+            InvalidTypeError: ``keep_last`` is not an int, or ``before`` not a datetime.
+            SaverClosedError: the saver was closed.
+            SaverTimeoutError: no connection was free, or a writer of the thread held it, for ``timeout`` seconds;
+                nothing changed.
+        """
+        check_prune(keep_last, before)
+        store = self._store
+        retention = self._db.retain(
+            thread_id,
+            lambda history: store.retention(thread_id, history, keep_last=keep_last, before=before),
+            delete_head=False,
+        )
+        store.forget(thread_id, retention.ids)
+        return len(retention.ids)

@@ -6,7 +6,7 @@ Imported only when a ``PostgresSaver`` is opened, so that ``import rxgraph`` wor
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import CheckpointConflictError, InvalidTypeError, SaverClosedError, SaverTimeoutError
 from ._base import Checkpoint, check_put, duplicate_id
-from ._incremental import COLUMNS, Plan, Ref, Row, checkpoint_row
+from ._incremental import COLUMNS, Plan, Ref, Retention, Row, checkpoint_row
 from ._postgres_schema import Migration, prepare
 
 __all__ = ["Database", "PostgresRows"]
@@ -47,17 +47,47 @@ _STATEMENTS: dict[str, LiteralString] = {
         )
         SELECT prev_id, value FROM chain ORDER BY depth DESC""",
     "threads": "SELECT thread_id FROM {s}.heads",
+    "count_rows": """
+        SELECT (SELECT count(*) FROM {s}.blobs WHERE id = ANY(%s))
+            + (SELECT count(*) FROM {s}.items WHERE id = ANY(%s))""",
+    "reserve": "SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %s)",
+    # Retention takes the thread's heads row first, as a put does: the two take turns on a thread.
+    "lock_head": "SELECT 1 FROM {s}.heads WHERE thread_id = %s FOR UPDATE",
+    "history": "SELECT id, seq, safe, created_at, manifest FROM {s}.checkpoints WHERE thread_id = %s ORDER BY seq DESC",
+    "delete_checkpoints": "DELETE FROM {s}.checkpoints WHERE thread_id = %s AND seq = ANY(%s)",
+    "delete_head": "DELETE FROM {s}.heads WHERE thread_id = %s",
+    "free_blobs": "DELETE FROM {s}.blobs WHERE id = ANY(%s)",
+    # The items reached from the dropped lists' tails and not from the kept ones': kept lists pass through the items
+    # of every shorter list they extend. UNION visits a chain shared by many tails once, and stops a cyclic one.
+    "free_items": """
+        WITH RECURSIVE
+            live(id) AS (
+                SELECT unnest(%s::bigint[])
+                UNION
+                SELECT items.prev_id FROM {s}.items AS items JOIN live ON items.id = live.id
+                WHERE items.prev_id IS NOT NULL
+            ),
+            dead(id) AS (
+                SELECT unnest(%s::bigint[])
+                UNION
+                SELECT items.prev_id FROM {s}.items AS items JOIN dead ON items.id = dead.id
+                WHERE items.prev_id IS NOT NULL AND items.prev_id NOT IN (SELECT id FROM live)
+            )
+        DELETE FROM {s}.items WHERE id IN (SELECT id FROM dead EXCEPT SELECT id FROM live)""",
     "head_of": "SELECT head_id, head_seq FROM {s}.heads WHERE thread_id = %(thread)s",
     # The compare-and-set. Each returns, when it moved the head, the ids of the rows the put will insert (NULL for
-    # none); nothing at all when the head was not the expected one.
+    # none) and the manifest of the head it moved from (NULL for a new thread); nothing when the head was not the
+    # expected one.
     "move_head": """
         UPDATE {s}.heads SET head_id = %(id)s, head_seq = %(seq)s
         WHERE thread_id = %(thread)s AND head_id = %(expected)s AND head_seq = %(seq)s - 1
-        RETURNING (SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %(rows)s))""",
+        RETURNING
+            (SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %(rows)s)),
+            (SELECT manifest FROM {s}.checkpoints WHERE thread_id = %(thread)s AND seq = %(seq)s - 1)""",
     "insert_head": """
         INSERT INTO {s}.heads (thread_id, head_id, head_seq) SELECT %(thread)s, %(id)s, %(seq)s WHERE %(seq)s = 1
         ON CONFLICT (thread_id) DO NOTHING
-        RETURNING (SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %(rows)s))""",
+        RETURNING (SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %(rows)s)), NULL::text""",
     # Everything a put inserts, in one statement.
     "insert": f"""
         WITH new_blobs AS (
@@ -97,6 +127,11 @@ class PostgresRows:
 
     def walk(self, tail: int, count: int) -> builtins.list[tuple[int | None, str]]:
         return self._conn.execute(self._q["walk"], (tail, count)).fetchall()
+
+    def count_rows(self, blob_ids: builtins.list[int], item_ids: builtins.list[int]) -> int:
+        row = self._conn.execute(self._q["count_rows"], (blob_ids, item_ids)).fetchone()
+        assert row is not None
+        return int(row[0])
 
 
 class Database:
@@ -218,12 +253,19 @@ class Database:
             return [row[0] for row in conn.execute(self._q["threads"])]
 
     def put(
-        self, conn: psycopg.Connection[Any], checkpoint: Checkpoint, expected_head: str | None, plan: Plan
-    ) -> tuple[dict[str, Ref], int, int, int]:
+        self,
+        conn: psycopg.Connection[Any],
+        checkpoint: Checkpoint,
+        expected_head: str | None,
+        plan: Plan,
+        confirm: Callable[[Plan, str | None], Plan],
+    ) -> tuple[dict[str, Ref], Row, int, int, int]:
         """Write ``checkpoint`` as ``plan`` says, in one transaction, if its thread's head is ``expected_head``.
+        Once the head is taken, ``confirm(plan, the head's manifest)`` gives the plan to write (``plan``, or one
+        that reuses no freed rows).
 
         Returns:
-            The refs of its values, the payload bytes written, and how many items and blobs were inserted.
+            The refs of its values, its row, the payload bytes written, and how many items and blobs were inserted.
 
         Raises:
             CheckpointConflictError: the head is not ``expected_head``; nothing was written.
@@ -243,8 +285,13 @@ class Database:
             if moved is None:
                 check_put(checkpoint, expected_head=expected_head, head=conn.execute(q["head_of"], cas).fetchone())
                 raise _moved_meanwhile(checkpoint, expected_head)
-            ids = iter(moved[0] or ())
-            refs, blob_rows, item_rows, written = plan.assign(ids, ids)
+            reserved: builtins.list[int] = moved[0] or []
+            confirmed = confirm(plan, moved[1])
+            if confirmed.new_rows > len(reserved):  # written again in full: more rows than reserved
+                more = conn.execute(q["reserve"], (confirmed.new_rows - len(reserved),)).fetchone()
+                reserved += more[0] if more is not None else []
+            ids = iter(reserved)
+            refs, blob_rows, item_rows, written = confirmed.assign(ids, ids)
             row, row_bytes = checkpoint_row(checkpoint, refs)
             try:
                 conn.execute(
@@ -262,7 +309,29 @@ class Database:
                 if error.diag.constraint_name == "checkpoints_id_key":
                     raise duplicate_id(checkpoint) from error
                 raise _moved_meanwhile(checkpoint, expected_head) from error  # the (thread_id, seq) backstop
-        return refs, written + row_bytes, len(item_rows), len(blob_rows)
+        return refs, row, written + row_bytes, len(item_rows), len(blob_rows)
+
+    def retain(
+        self, thread_id: str, decide: Callable[[builtins.list[Row]], Retention], *, delete_head: bool
+    ) -> Retention:
+        """Remove from a thread what ``decide`` says, given its ``(id, seq, safe, created_at, manifest)`` rows newest
+        first, in one transaction that holds the thread's heads row (``delete_head``: and delete it).
+
+        Returns:
+            What ``decide`` said.
+        """
+        q = self._q
+        with self.connection() as conn, conn.transaction():
+            conn.execute(q["lock_head"], (thread_id,))
+            retention = decide(conn.execute(q["history"], (thread_id,)).fetchall())
+            if retention.ids:
+                conn.execute(q["delete_checkpoints"], (thread_id, retention.seqs))
+                if delete_head:
+                    conn.execute(q["delete_head"], (thread_id,))
+                if retention.collect:
+                    conn.execute(q["free_blobs"], (retention.dead_blobs,))
+                    conn.execute(q["free_items"], (retention.live_tails, retention.dead_tails))
+        return retention
 
     def _timed_out(self, why: str, error: BaseException) -> SaverTimeoutError:
         return SaverTimeoutError(

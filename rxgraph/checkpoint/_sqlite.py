@@ -6,25 +6,28 @@ and other values are rows of ``blobs`` shared between checkpoints.
 
 Values are JSON through :class:`~rxgraph.checkpoint.Serde` (no pickle). Each ``put`` is one ``BEGIN
 IMMEDIATE`` transaction that reads the thread's head row and writes only if it is the expected one, so the
-compare-and-set holds across threads and processes sharing the file.
+compare-and-set holds across threads and processes sharing the file. ``prune`` and ``delete_thread`` are one such
+transaction too.
 """
 
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from itertools import count
 from types import TracebackType
 from typing import Literal
 
 from ..errors import IncompatibleDatabaseError, InvalidArgumentError, SaverClosedError, SaverTimeoutError
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_put, duplicate_id
-from ._incremental import COLUMNS, IncrementalStats, IncrementalStore, Row, checkpoint_row
+from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune, check_put, duplicate_id
+from ._incremental import COLUMNS, IncrementalStats, IncrementalStore, Retention, Row, checkpoint_row
 from ._serde import Serde, default_serde
 from ._sqlite_schema import Migration, prepare
 from ._sqlite_transaction import write_transaction
@@ -36,15 +39,49 @@ _MAX_SEQ = 2**63 - 1
 _IN_CHUNK = 500  # ids per "IN (...)" query, well under SQLite's limit on bound parameters
 
 _SELECT_HEAD = f"SELECT {COLUMNS} FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
-_SELECT_HEAD_ID = "SELECT id, seq FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+_SELECT_HEAD_ID = "SELECT id, seq, manifest FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _SELECT_BY_ID = f"SELECT {COLUMNS} FROM checkpoints WHERE id = ?"
 _SELECT_PAGE = f"SELECT {COLUMNS} FROM checkpoints WHERE thread_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 _SELECT_SAFE = (
     f"SELECT {COLUMNS} FROM checkpoints WHERE thread_id = ? AND safe = 1 AND seq < ? ORDER BY seq DESC LIMIT 1"
 )
 _INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({COLUMNS}) VALUES ({', '.join('?' * COLUMNS.count(','))}, ?)"
-# The ids the next rows of items and of blobs take.
-_NEXT_IDS = "SELECT IFNULL((SELECT MAX(id) FROM items), 0) + 1, IFNULL((SELECT MAX(id) FROM blobs), 0) + 1"
+_FLOOR = "IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'row_id_floor'), 0)"
+_LEGACY = "IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'legacy_row_ids'), 0)"
+# The ids the next rows of items and of blobs take: above every id in use, and above the floor, which retention
+# raises to the highest id it has seen, so that an id freed is never given again (another saver may have it cached).
+_NEXT_IDS = f"""
+SELECT MAX(IFNULL((SELECT MAX(id) FROM items), 0), floor) + 1, MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), floor) + 1
+FROM (SELECT {_FLOOR} AS floor)"""
+_RAISE_FLOOR = f"""
+INSERT INTO meta (key, value)
+SELECT 'row_id_floor', MAX(IFNULL((SELECT MAX(id) FROM items), 0), IFNULL((SELECT MAX(id) FROM blobs), 0), {_FLOOR})
+WHERE true
+ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
+_SELECT_HISTORY = "SELECT id, seq, safe, created_at, manifest FROM checkpoints WHERE thread_id = ? ORDER BY seq DESC"
+_DELETE_CHECKPOINTS = "DELETE FROM checkpoints WHERE thread_id = ? AND seq IN (SELECT value FROM json_each(?))"
+# Rows written by schema version 2, which shared rows between threads, are never freed (ids up to legacy_row_ids).
+_FREE_BLOBS = f"DELETE FROM blobs WHERE id IN (SELECT value FROM json_each(?)) AND id > {_LEGACY}"
+# The items reached from the dropped lists' tails and not from the kept ones': kept lists pass through the items of
+# every shorter list they extend, so that is what no remaining checkpoint reaches. UNION (not UNION ALL) visits a
+# chain shared by many tails once, and stops a damaged (cyclic) one.
+_FREE_ITEMS = f"""
+WITH RECURSIVE
+    live(id) AS (
+        SELECT value FROM json_each(?)
+        UNION
+        SELECT items.prev_id FROM items JOIN live ON items.id = live.id WHERE items.prev_id IS NOT NULL
+    ),
+    dead(id) AS (
+        SELECT value FROM json_each(?)
+        UNION
+        SELECT items.prev_id FROM items JOIN dead ON items.id = dead.id
+        WHERE items.prev_id IS NOT NULL AND items.prev_id NOT IN live
+    )
+DELETE FROM items WHERE id IN (SELECT id FROM dead EXCEPT SELECT id FROM live) AND id > {_LEGACY}"""
+_COUNT_ROWS = """
+SELECT (SELECT count(*) FROM blobs WHERE id IN (SELECT value FROM json_each(?)))
+    + (SELECT count(*) FROM items WHERE id IN (SELECT value FROM json_each(?)))"""
 # Walks a list back from its tail, at most `?` items; ordered oldest first. The depth bound also stops a damaged
 # (cyclic) chain.
 _WALK = """
@@ -214,13 +251,13 @@ class SqliteSaver(CheckpointSaver):
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
         store = self._store
         with self._locked() as conn:
-            plan = store.plan(checkpoint.values, store.parent(_SqliteRows(conn), checkpoint.parent_id))
+            rows = _SqliteRows(conn)
+            plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
             with write_transaction(conn, self._path, self._timeout):
-                check_put(
-                    checkpoint,
-                    expected_head=expected_head,
-                    head=conn.execute(_SELECT_HEAD_ID, (checkpoint.thread_id,)).fetchone(),
-                )  # a duplicate id is refused by the table's unique index, below: one query less per put
+                head = conn.execute(_SELECT_HEAD_ID, (checkpoint.thread_id,)).fetchone()
+                # A duplicate id is refused by the table's unique index, below: one query less per put.
+                check_put(checkpoint, expected_head=expected_head, head=head[:2] if head is not None else None)
+                plan = store.confirm(plan, rows, checkpoint, expected_head, head[2] if head is not None else None)
                 next_item, next_blob = conn.execute(_NEXT_IDS).fetchone() if plan.new_rows else (0, 0)
                 refs, blob_rows, item_rows, written = plan.assign(count(next_blob), count(next_item))
                 if blob_rows:
@@ -235,8 +272,42 @@ class SqliteSaver(CheckpointSaver):
                         raise
                     raise duplicate_id(checkpoint) from error
             # Only now (committed) may the new rows be referred to by later writes.
-            store.stored(checkpoint, refs, written=written + row_bytes, items=len(item_rows), blobs=len(blob_rows))
+            store.stored(checkpoint, refs, row, written=written + row_bytes, items=len(item_rows), blobs=len(blob_rows))
             return checkpoint
+
+    # -- retention ---------------------------------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> int:
+        """``CheckpointSaver.delete_thread``, in one write transaction: the thread's checkpoints, and the items and
+        blobs only they used. ``SaverTimeoutError`` when another writer held the file for ``timeout`` seconds."""
+        return self._retain(thread_id, everything=True)
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        """``CheckpointSaver.prune``, in one write transaction: the checkpoints ``select_pruned`` picks, and the
+        items and blobs no remaining checkpoint uses. The file keeps its size (SQLite reuses the free pages for later
+        writes; ``VACUUM`` gives them back)."""
+        check_prune(keep_last, before)
+        return self._retain(thread_id, keep_last=keep_last, before=before)
+
+    def _retain(
+        self,
+        thread_id: str,
+        *,
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        everything: bool = False,
+    ) -> int:
+        store = self._store
+        with self._locked() as conn:
+            with write_transaction(conn, self._path, self._timeout):
+                history = conn.execute(_SELECT_HISTORY, (thread_id,)).fetchall()
+                retention = store.retention(
+                    thread_id, history, keep_last=keep_last, before=before, everything=everything
+                )
+                if retention.ids:
+                    _delete(conn, thread_id, retention)
+            store.forget(thread_id, retention.ids, thread_gone=everything)
+            return len(retention.ids)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
 
@@ -330,6 +401,19 @@ class _SqliteRows:
 
     def walk(self, tail: int, count: int) -> builtins.list[tuple[int | None, str]]:
         return self._conn.execute(_WALK, (tail, count)).fetchall()
+
+    def count_rows(self, blob_ids: builtins.list[int], item_ids: builtins.list[int]) -> int:
+        row = self._conn.execute(_COUNT_ROWS, (json.dumps(blob_ids), json.dumps(item_ids))).fetchone()
+        return int(row[0])
+
+
+def _delete(conn: sqlite3.Connection, thread_id: str, retention: Retention) -> None:
+    """Delete what ``retention`` says, in the caller's write transaction."""
+    conn.execute(_DELETE_CHECKPOINTS, (thread_id, json.dumps(retention.seqs)))
+    if retention.collect and (retention.dead_blobs or retention.dead_tails):
+        conn.execute(_RAISE_FLOOR)
+        conn.execute(_FREE_BLOBS, (json.dumps(retention.dead_blobs),))
+        conn.execute(_FREE_ITEMS, (json.dumps(retention.live_tails), json.dumps(retention.dead_tails)))
 
 
 def _chunks(items: builtins.list[int], size: int) -> Iterator[builtins.list[int]]:

@@ -11,7 +11,7 @@ from ._sqlite_transaction import write_transaction
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "prepare"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes."""
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -23,7 +23,16 @@ def _add_the_error_column(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE checkpoints ADD COLUMN error TEXT")
 
 
-MIGRATIONS: dict[int, Migration] = {1: _add_the_error_column}
+def _keep_the_rows_threads_may_share(conn: sqlite3.Connection) -> None:
+    """Version 2 -> 3: retention frees the rows of one thread's checkpoints. A version-2 saver shared rows between
+    threads, so the rows it wrote (ids up to ``legacy_row_ids``) are never freed."""
+    conn.execute(
+        "INSERT INTO meta (key, value) SELECT 'legacy_row_ids', "
+        "MAX(IFNULL((SELECT MAX(id) FROM items), 0), IFNULL((SELECT MAX(id) FROM blobs), 0))"
+    )
+
+
+MIGRATIONS: dict[int, Migration] = {1: _add_the_error_column, 2: _keep_the_rows_threads_may_share}
 """Version ``v`` -> the migration from ``v`` to ``v + 1``. Opening an older file runs them in order."""
 
 # Why each piece is there:
@@ -33,7 +42,12 @@ MIGRATIONS: dict[int, Migration] = {1: _add_the_error_column}
 #   answers "newest safe checkpoint before seq" in one seek.
 # - items: lists as persistent linked lists; a checkpoint that appends to its parent's list adds only the new items,
 #   linked to the parent's tail, and older checkpoints keep pointing into the same chain.
-# - blobs: any other value, written once and shared by id by every checkpoint whose value is that same object.
+# - blobs: any other value, written once and shared by id by the checkpoints of a thread whose value is that same
+#   object.
+# - meta: the format marker and schema version; since version 3 also `row_id_floor` (retention raises it to the
+#   highest id it has seen, and new rows take ids above it: an id is never given twice, so a saver's cached id always
+#   means the row it cached) and, in a file migrated from version 2, `legacy_row_ids` (rows up to it may be shared
+#   between threads and are never freed).
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     """CREATE TABLE checkpoints (

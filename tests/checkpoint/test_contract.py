@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,36 @@ class _StaleHead(SqliteSaver):
         return self.seen[thread_id]
 
 
+class _PruneKeepsOnlyTheHead(MemorySaver):
+    """Drops the newest safe checkpoint too: a new turn after an unsafe head has no base left."""
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        older = self.list(thread_id)[1:]
+        with self._lock:
+            self._chains[thread_id] = self._chains[thread_id][-1:]
+            for checkpoint in older:
+                del self._by_id[checkpoint.id]
+        return len(older)
+
+
+class _PrunedStillFound(MemorySaver):
+    """Prunes the chain but still answers ``get`` for a pruned id."""
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        kept = dict(self._by_id)
+        dropped = super().prune(thread_id, keep_last=keep_last, before=before)
+        self._by_id = kept
+        return dropped
+
+
+class _TrustsItsCache(SqliteSaver):
+    """Reuses the rows it has cached without checking that a prune (its own or another's) left them there."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._store.confirm = lambda plan, *_: plan  # type: ignore[method-assign]
+
+
 class _AnswersWhenClosed(SqliteSaver):
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         try:
@@ -129,6 +160,14 @@ class _BrokenOnMemory(SaverContract):
 
     def make_saver(self, tmp_path: Path) -> CheckpointSaver:
         return self.wrapper(MemorySaver())
+
+
+class _BrokenMemory(SaverContract):
+    def __init__(self, kind: type[MemorySaver]) -> None:
+        self.kind = kind
+
+    def make_saver(self, tmp_path: Path) -> CheckpointSaver:
+        return self.kind()
 
 
 class _BrokenOnFile(SaverContract):
@@ -161,8 +200,23 @@ class _ForgetfulReopen(SaverContract):
         (_BrokenOnFile(_StaleHead), "test_a_second_saver_on_the_same_storage_sees_every_write"),
         (_BrokenOnFile(_AnswersWhenClosed), "test_a_closed_saver_raises_instead_of_answering"),
         (_ForgetfulReopen(), "test_values_round_trip"),
+        (_BrokenMemory(_PruneKeepsOnlyTheHead), "test_prune_keeps_the_head_the_newest_safe_and_the_newest_ones"),
+        (_BrokenMemory(_PruneKeepsOnlyTheHead), "test_a_new_turn_runs_on_a_valid_history_after_prune_and_delete"),
+        (_BrokenMemory(_PrunedStillFound), "test_prune_keeps_the_head_the_newest_safe_and_the_newest_ones"),
+        (_BrokenOnFile(_TrustsItsCache), "test_values_of_pruned_checkpoints_are_stored_again_when_reused"),
     ],
-    ids=["no-cas", "no-cas-race", "ignores-limit", "stale-head", "answers-when-closed", "forgetful-reopen"],
+    ids=[
+        "no-cas",
+        "no-cas-race",
+        "ignores-limit",
+        "stale-head",
+        "answers-when-closed",
+        "forgetful-reopen",
+        "prune-drops-the-base",
+        "prune-drops-the-base-of-a-turn",
+        "pruned-still-found",
+        "reuses-freed-rows",
+    ],
 )
 def test_the_contract_fails_a_saver_that_breaks_it(contract: SaverContract, check: str, tmp_path: Path) -> None:
     with pytest.raises((AssertionError, pytest.fail.Exception)):
@@ -175,6 +229,15 @@ def test_checks_of_a_capability_the_saver_lacks_are_skipped(tmp_path: Path) -> N
         contract.test_a_second_saver_on_the_same_storage_sees_every_write,
         contract.test_concurrent_writers_on_two_savers_on_one_storage_exactly_one_wins,
         contract.test_a_closed_saver_raises_instead_of_answering,
+    ):
+        with pytest.raises(pytest.skip.Exception):
+            check(tmp_path / check.__name__)
+    forwarding = _BrokenOnMemory(DelegatingSaver)  # forwards the contract's methods, but has no retention
+    for check in (
+        forwarding.test_prune_keeps_the_head_the_newest_safe_and_the_newest_ones,
+        forwarding.test_delete_thread_removes_it_and_the_thread_can_start_again,
+        forwarding.test_values_of_pruned_checkpoints_are_stored_again_when_reused,
+        forwarding.test_a_new_turn_runs_on_a_valid_history_after_prune_and_delete,
     ):
         with pytest.raises(pytest.skip.Exception):
             check(tmp_path / check.__name__)
