@@ -128,8 +128,7 @@ def prepare(
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute("SELECT set_config('search_path', %s, true)", (sql.Identifier(schema).as_string(conn),))
         if version is None:
-            for statement in _SCHEMA:
-                conn.execute(statement)
+            conn.execute(";\n".join(_SCHEMA))  # one round trip (no parameters: several statements are allowed)
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('format', %s), ('schema_version', %s)",
                 (FORMAT, str(SCHEMA_VERSION)),
