@@ -27,6 +27,7 @@ checkpoint reaches. Three rules keep that safe while other savers (other process
 
 from __future__ import annotations
 
+import abc
 import builtins
 import json
 import threading
@@ -34,18 +35,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+from types import MappingProxyType, TracebackType
+from typing import Any, Generic, Protocol, Self, TypeAlias, TypeVar
 
 from .._frozen import FrozenList
 from .._log import log
 from ..errors import CheckpointDecodeError, DecodeError
-from ._base import Checkpoint, new_checkpoint, select_pruned
+from ._base import Checkpoint, CheckpointSaver, new_checkpoint, select_pruned
 from ._serde import Serde, json_text, parse_json_text
 
 __all__ = [
     "COLUMNS",
     "Entry",
+    "IncrementalSaver",
     "IncrementalStats",
     "IncrementalStore",
     "Lru",
@@ -116,6 +118,23 @@ class IncrementalStats:
     checkpoints_decoded: int = 0
     items_decoded: int = 0
     blobs_decoded: int = 0
+
+
+class IncrementalSaver(CheckpointSaver):
+    """A saver whose checkpoints an :class:`IncrementalStore` keeps in a database: ``close`` it when done, or use it
+    as a context manager, which closes it."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Let go of the database; later calls raise ``SaverClosedError``, and closing again does nothing."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class Lru(Generic[_K, _V]):

@@ -13,12 +13,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidArgumentError, SaverClosedError
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune
-from ._incremental import IncrementalStats, IncrementalStore
+from ._base import Checkpoint, check_limit, check_prune
+from ._incremental import IncrementalSaver, IncrementalStats, IncrementalStore
 from ._run_locks import RunLocks
 from ._serde import Serde, default_serde
 
@@ -40,7 +39,7 @@ class PostgresSaverStats(IncrementalStats):
     """
 
 
-class PostgresSaver(CheckpointSaver):
+class PostgresSaver(IncrementalSaver):
     """A checkpoint saver on a PostgreSQL database; many threads and many processes may share one database.
 
     Each ``put`` is one transaction whose compare-and-set is SQL: it moves the thread's row in ``heads`` only if it
@@ -186,33 +185,26 @@ class PostgresSaver(CheckpointSaver):
         self._db.close()
         self._store.clear()
 
-    def __enter__(self) -> PostgresSaver:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"PostgresSaver({self._db.where!r}, schema={self._schema!r})"
 
     # -- the contract ------------------------------------------------------------------------------------------
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        """One checkpoint of a thread, or its head (one indexed query, then only what is not cached).
+        """Read the head of ``thread_id`` (or its checkpoint ``checkpoint_id``) with one query on the primary key
+        (or on ``id``); only rows this saver has not cached yet are read after it.
 
         Args:
-            thread_id: the thread.
-            checkpoint_id: a checkpoint of that thread; ``None`` for its head.
+            thread_id: the thread to read.
+            checkpoint_id: which of its checkpoints; ``None`` means the head.
 
         Returns:
-            The checkpoint, or ``None`` when the thread, or that checkpoint in it, does not exist.
+            That checkpoint; ``None`` if there is none (an id of another thread's, or one pruned, included).
 
         Raises:
-            CheckpointDecodeError: the stored checkpoint cannot be read back.
-            SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+            CheckpointDecodeError: its rows are damaged, or hold a model not registered in this process.
+            SaverClosedError: after ``close``.
+            SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
         with self._db.rows() as rows:
             return self._store.get(rows, thread_id, checkpoint_id)
@@ -220,76 +212,75 @@ class PostgresSaver(CheckpointSaver):
     def list(
         self, thread_id: str, *, limit: int | None = None, before_seq: int | None = None
     ) -> builtins.list[Checkpoint]:
-        """A thread's checkpoints, newest first, read in one query (lists as extensions of the previous one's).
+        """Read a page of a thread's history, newest first, in one query; each list is read as an extension of the
+        older checkpoint's, so a page costs its new items, not its length times the conversation's.
 
         Args:
-            thread_id: the thread; an unknown one has no checkpoints.
-            limit: at most this many (the newest ones); ``None`` for all.
-            before_seq: only those with ``seq < before_seq``; ``None`` for all.
+            thread_id: the thread to read (an unknown one reads as empty).
+            limit: the page's size at most; ``None`` for no limit.
+            before_seq: the page starts below this seq; ``None`` for the head.
 
         Returns:
-            The checkpoints, possibly none.
+            The checkpoints of the page (after a prune, seqs have gaps).
 
         Raises:
-            InvalidArgumentError: ``limit`` is negative (``argument="limit"``).
-            CheckpointDecodeError: a stored checkpoint cannot be read back.
-            SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+            InvalidArgumentError: a negative ``limit`` (``argument="limit"``).
+            CheckpointDecodeError: a row of the page is damaged.
+            SaverClosedError: after ``close``.
+            SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
         check_limit(limit)
         with self._db.rows() as rows:
             return self._store.list(rows, thread_id, limit, before_seq)
 
     def threads(self) -> builtins.list[str]:
-        """Every thread that has at least one checkpoint.
+        """The ids of the threads in the saver's schema (one row of ``heads`` each).
 
         Returns:
-            Their ids, in no particular order.
+            Them, unordered.
 
         Raises:
-            SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+            SaverClosedError: after ``close``.
+            SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
         return self._db.threads()
 
     def latest_safe(self, thread_id: str, *, before_seq: int | None = None) -> Checkpoint | None:
-        """The newest safe checkpoint (``seq < before_seq`` when given), found with one query on a partial index.
-
-        A checkpoint that cannot be decoded is skipped with a warning: it cannot be the base of a new turn.
+        """Find where a new user turn may start: one seek on the partial index of safe checkpoints. One whose rows
+        are damaged is passed over, with a warning (it could not be a turn's base anyway).
 
         Args:
-            thread_id: the thread.
-            before_seq: only a checkpoint with ``seq < before_seq``; ``None`` for any.
+            thread_id: the thread to look in.
+            before_seq: look below this seq only; ``None`` for the whole thread.
 
         Returns:
-            The checkpoint, or ``None`` when the thread has no (readable) safe one there.
+            The newest safe (and readable) checkpoint there, or ``None``.
 
         Raises:
-            SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free for ``timeout`` seconds.
+            SaverClosedError: after ``close``.
+            SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
         with self._db.rows() as rows:
             return self._store.latest_safe(rows, thread_id, before_seq)
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        """Store ``checkpoint`` as the new head of its thread, if the head is still ``expected_head``: one
-        transaction that moves the thread's head row and inserts the new rows, or does nothing.
+        """Append ``checkpoint`` to its thread in one transaction: the UPDATE of the thread's ``heads`` row (an
+        INSERT for a new thread) is the compare-and-set, and one statement inserts the new items, blobs and row.
+        Only what changed since the parent is encoded and written.
 
         Args:
-            checkpoint: the new head; its ``seq`` must be the current head's plus one (1 for a new thread) and its
-                id new to the saver.
-            expected_head: the id of the head the caller built on; ``None`` when the thread has no checkpoint yet.
+            checkpoint: the thread's next checkpoint (seq: the head's plus one, 1 to start a thread; a new id).
+            expected_head: the head it was built on, ``None`` to start the thread.
 
         Returns:
-            ``checkpoint``.
+            ``checkpoint``, now the head.
 
         Raises:
-            CheckpointConflictError: the head is not ``expected_head``; nothing was written.
-            InvalidCheckpointError: the ``seq`` is not the head's plus one, or the id is already stored.
-            SerializationError: a value cannot be stored exactly; nothing was written.
-            SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free, or another writer of the thread held its head row, for
-                ``timeout`` seconds; nothing was written.
+            CheckpointConflictError: another writer moved the head first; no row was written.
+            InvalidCheckpointError: a wrong seq, or an id the saver already holds (in any thread).
+            SerializationError: a value the serde cannot store exactly; no row was written.
+            SaverClosedError: after ``close``.
+            SaverTimeoutError: no connection free, or the head row held by another writer, within ``timeout``.
         """
         store = self._store
         db = self._db

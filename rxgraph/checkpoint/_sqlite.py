@@ -22,12 +22,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import count
-from types import TracebackType
 from typing import Literal
 
 from ..errors import IncompatibleDatabaseError, InvalidArgumentError, SaverClosedError, SaverTimeoutError
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune, check_put, duplicate_id
-from ._incremental import COLUMNS, IncrementalStats, IncrementalStore, Retention, Row, checkpoint_row
+from ._base import Checkpoint, check_limit, check_prune, check_put, duplicate_id
+from ._incremental import COLUMNS, IncrementalSaver, IncrementalStats, IncrementalStore, Retention, Row, checkpoint_row
 from ._serde import Serde, default_serde
 from ._sqlite_schema import Migration, prepare
 from ._sqlite_transaction import write_transaction
@@ -109,7 +108,7 @@ class SqliteSaverStats(IncrementalStats):
     """
 
 
-class SqliteSaver(CheckpointSaver):
+class SqliteSaver(IncrementalSaver):
     """A checkpoint saver on an SQLite file; several threads and several processes may share one file.
 
     ``schema_version`` is the file's schema version once opened (created or migrated if needed). Close the saver
@@ -211,14 +210,6 @@ class SqliteSaver(CheckpointSaver):
             self._store.clear()
         if conn is not None:
             conn.close()
-
-    def __enter__(self) -> SqliteSaver:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SqliteSaver({self._path!r})"
