@@ -7,6 +7,7 @@ import builtins
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from reactivex.scheduler import VirtualTimeScheduler
@@ -75,6 +76,12 @@ class DelegatingSaver(CheckpointSaver):
 
     def run_locks(self) -> RunLocks | None:
         return self.inner.run_locks()
+
+    def delete_thread(self, thread_id: str) -> int:
+        return self.inner.delete_thread(thread_id)
+
+    def prune(self, thread_id: str, *, keep_last: int | None = None, before: datetime | None = None) -> int:
+        return self.inner.prune(thread_id, keep_last=keep_last, before=before)
 
 
 class RecordingSaver(DelegatingSaver):
