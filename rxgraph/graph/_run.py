@@ -60,7 +60,7 @@ from ..errors import (
     ThreadNotFoundError,
 )
 from ..rx import SignalType
-from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler, running_loop
+from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
@@ -471,15 +471,36 @@ class Run:
                 # the stack flat however many synchronous steps follow each other.
                 step.phase = _COMPLETED_WHILE_SUBSCRIBING
                 return
+        elsewhere = self._elsewhere()
+        if elsewhere is not None:
+            # The tail writes to the saver: not on the thread the stream completed on (an event loop serving other
+            # runs' model streams, a tool's pool), but where the run runs.
+            elsewhere.schedule(lambda *_: None if self.disposed else self._after_step_here(step))
+            return
+        if self._tail_of_stream(step):
+            self._continue()
+
+    def _elsewhere(self) -> abc.SchedulerBase | None:
+        """Where to go on after something completed on this thread, if not here: the run's scheduler when this is
+        not the thread the run runs on; for a run without one, the worker pool when this thread runs an event loop
+        (saver I/O and sync nodes never hold up a loop the run was not subscribed on)."""
+        if threading.get_ident() == self._driver:
+            return None
+        if self.scheduler is not None:
+            return self.scheduler
+        return worker_pool() if running_loop() is not None else None
+
+    def _after_step_here(self, step: _Step) -> None:
+        self._driver = threading.get_ident()
         if self._tail_of_stream(step):
             self._continue()
 
     def _continue(self) -> None:
         """Drive on after a step that completed asynchronously."""
-        scheduler = self.scheduler
-        if scheduler is not None and threading.get_ident() != self._driver:
+        elsewhere = self._elsewhere()
+        if elsewhere is not None:
             # Completed on a thread the run does not run on (a pool, an I/O thread): back to the run's scheduler.
-            scheduler.schedule(lambda *_: None if self.disposed else self._drive_here())
+            elsewhere.schedule(lambda *_: None if self.disposed else self._drive_here())
             return
         trampoline = CurrentThreadScheduler.singleton()
         if trampoline.schedule_required():
