@@ -23,6 +23,7 @@ __all__ = [
     "nodes_written",
     "run_rxgraph",
     "tool_call_reply",
+    "write_half_and_fine",
 ]
 
 # The package under test, importable from any working directory (installed or not).
@@ -92,3 +93,21 @@ def final_reply(text: str = "done") -> Any:
     from rxgraph.messages import AssistantMessage
 
     return AssistantMessage(content=text)
+
+
+def write_half_and_fine(saver: CheckpointSaver) -> None:
+    """Two threads through a one-node graph: ``half`` ends with a tool call (id ``c9``) nobody answered, ``fine``
+    with a user message."""
+    from rxgraph import END, START, KeyStrategy, RunnableConfig, StateGraph
+    from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
+
+    app = (
+        StateGraph({"messages": KeyStrategy.APPEND})
+        .add_node("n", lambda s: None)
+        .add_edge(START, "n")
+        .add_edge("n", END)
+        .compile(checkpointer=saver)
+    )
+    dangling = AssistantMessage(tool_calls=[ToolCall(id="c9", name="f", arguments="{}")])
+    app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
+    app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))

@@ -7,13 +7,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from _support import run_rxgraph
+from _support import run_rxgraph, write_half_and_fine
 
-from rxgraph import END, START, Checkpoint, KeyStrategy, RunnableConfig, StateGraph
+from rxgraph import Checkpoint
 from rxgraph.checkpoint._sqlite import SqliteSaver
 from rxgraph.cli import CliError, main
 from rxgraph.errors import RxGraphError
-from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
+from rxgraph.messages import AssistantMessage, UserMessage
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +75,8 @@ def test_inspect_json(demo_db: Path) -> None:
 
 def test_check_reports_integrity_and_unsafe_heads(tmp_path: Path) -> None:
     db = tmp_path / "unsafe.db"
-    saver = SqliteSaver(db)
-    app = (
-        StateGraph({"messages": KeyStrategy.APPEND})
-        .add_node("n", lambda s: None)
-        .add_edge(START, "n")
-        .add_edge("n", END)
-        .compile(checkpointer=saver)
-    )
-    dangling = AssistantMessage(tool_calls=[ToolCall(id="c9", name="f", arguments="{}")])
-    app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
-    app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))
-    saver.close()
+    with SqliteSaver(db) as saver:
+        write_half_and_fine(saver)
     result = run_rxgraph("check", "--db", str(db), cwd=tmp_path)
     assert result.returncode == 0
     assert "integrity check: ok" in result.stdout

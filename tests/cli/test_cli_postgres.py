@@ -4,21 +4,14 @@ server: ``inspect``, ``check`` and ``serve``, and never a password in what they 
 from __future__ import annotations
 
 import json
-import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
-from _support import run_rxgraph
+from _support import run_rxgraph, write_half_and_fine
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from serve._serving import WAIT, events
-from serve.test_cli_serve import ENV
+from serve._serving import WAIT, events, rxgraph_serve
 
-from rxgraph import END, START, KeyStrategy, RunnableConfig, StateGraph
 from rxgraph.checkpoint import PostgresSaver
-from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
 
 
 def _with_password(url: str) -> str:
@@ -30,18 +23,8 @@ def _with_password(url: str) -> str:
 
 
 def _two_threads(url: str, schema: str) -> None:
-    """Thread ``fine`` ends with a user message; thread ``half`` with a tool call nobody answered."""
     with PostgresSaver(url, schema=schema) as saver:
-        app = (
-            StateGraph({"messages": KeyStrategy.APPEND})
-            .add_node("n", lambda s: None)
-            .add_edge(START, "n")
-            .add_edge("n", END)
-            .compile(checkpointer=saver)
-        )
-        dangling = AssistantMessage(tool_calls=[ToolCall(id="c9", name="f", arguments="{}")])
-        app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
-        app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))
+        write_half_and_fine(saver)
 
 
 def test_inspect_and_check_read_a_postgres_schema(postgres_server: str, postgres_schema: str, tmp_path: Path) -> None:
@@ -83,36 +66,13 @@ def test_rxgraph_serve_keeps_its_threads_in_postgres(
     postgres_server: str, postgres_schema: str, tmp_path: Path
 ) -> None:
     url = _with_password(postgres_server)
-    command = ["serve", "rxgraph.examples.chat:make", "--db", url, "--schema", postgres_schema, "--port", "0"]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rxgraph", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-        env=ENV,
-    )
-    try:
-        assert server.stdout is not None
-        said = []
-        for line in server.stdout:  # ends if the server exits
-            said.append(line)
-            started = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
-            if started:
-                break
-        assert started, "".join(said)
-        assert f"(schema {postgres_schema})" in "".join(said) and "hunter2" not in "".join(said)
-        with httpx.stream(
-            "POST", started.group(1) + "/threads/pg/runs/stream", json={"input": "Hi"}, timeout=WAIT
-        ) as answer:
+    with rxgraph_serve("rxgraph.examples.chat:make", "--db", url, "--schema", postgres_schema, cwd=tmp_path) as (
+        served,
+        said,
+    ):
+        assert f"(schema {postgres_schema})" in said and "hunter2" not in said
+        with httpx.stream("POST", served + "/threads/pg/runs/stream", json={"input": "Hi"}, timeout=WAIT) as answer:
             assert list(events(answer))[-1][0] == "end"
-        server.send_signal(signal.SIGINT)
-        rest, _ = server.communicate(timeout=WAIT)
-        assert server.returncode == 0, rest
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
 
     with PostgresSaver(postgres_server, schema=postgres_schema) as saver:
         head = saver.get("pg")

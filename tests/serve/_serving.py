@@ -5,9 +5,16 @@ server-sent events."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +23,7 @@ import uvicorn
 from reactivex import Observable
 from starlette.types import ASGIApp
 
+import rxgraph
 from rxgraph import Checkpoint, CheckpointSaver
 from rxgraph.agent import ChatChunk, ToolSpec
 from rxgraph.messages import Message
@@ -170,3 +178,44 @@ def hang_up_after(url: str, thread: str, body: Any, ready: Callable[[], None]) -
             + content
         )
         ready()
+
+
+SERVE_ENV = {
+    **{k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")},  # the scripted model
+    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+    "PYTHONUNBUFFERED": "1",
+}
+"""The environment ``rxgraph serve`` runs in for the tests: the package under test importable, the demo agent on its
+scripted model."""
+
+
+@contextmanager
+def rxgraph_serve(*args: str, cwd: Path) -> Iterator[tuple[str, str]]:
+    """``rxgraph serve ARGS --port 0`` in a subprocess: yields its URL and what it printed until it listened. When the
+    block ends, it is sent SIGINT and must exit cleanly (it is killed if the block failed first)."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rxgraph", "serve", *args, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env=SERVE_ENV,
+    )
+    try:
+        assert server.stdout is not None
+        said: list[str] = []
+        started = None
+        for line in server.stdout:  # ends if the server exits
+            said.append(line)
+            started = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
+            if started:
+                break
+        assert started, "".join(said)
+        yield started.group(1), "".join(said)
+        server.send_signal(signal.SIGINT)
+        rest, _ = server.communicate(timeout=WAIT)
+        assert server.returncode == 0, rest
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()

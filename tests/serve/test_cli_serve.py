@@ -3,62 +3,26 @@
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from serve._serving import WAIT, events
+from serve._serving import WAIT, events, rxgraph_serve
 
-import rxgraph
 from rxgraph import SqliteSaver
 from rxgraph.cli import main
-
-ENV = {
-    **{k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")},  # the scripted model
-    "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
-    "PYTHONUNBUFFERED": "1",
-}
 
 
 def test_rxgraph_serve_serves_the_demo_agent_on_its_db_until_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "chat.db"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rxgraph", "serve", "rxgraph.examples.chat:make", "--db", str(db), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-        env=ENV,
-    )
-    try:
-        assert server.stdout is not None
-        said = []
-        for line in server.stdout:  # ends if the server exits
-            said.append(line)
-            started = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
-            if started:
-                break
-        assert started, "".join(said)
-        url = started.group(1)
-        assert f"rxgraph serve: rxgraph.examples.chat:make (ReactAgent), threads in {db}" in "".join(said)
-
+    with rxgraph_serve("rxgraph.examples.chat:make", "--db", str(db), cwd=tmp_path) as (url, said):
+        assert f"rxgraph serve: rxgraph.examples.chat:make (ReactAgent), threads in {db}" in said
         assert "<title>rxgraph chat</title>" in httpx.get(url + "/", timeout=WAIT).text
         with httpx.stream("POST", url + "/threads/cli/runs/stream", json={"input": "Hi"}, timeout=WAIT) as answer:
             got = list(events(answer))
         assert got[-1][0] == "end"
         assert "".join(data["chunk"]["content"] for name, data in got if name == "chunk").startswith("Hello!")
-
-        server.send_signal(signal.SIGINT)
-        rest, _ = server.communicate(timeout=WAIT)
-        assert server.returncode == 0, rest
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
 
     saver = SqliteSaver(db)
     try:
