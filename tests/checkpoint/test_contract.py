@@ -154,6 +154,13 @@ class _AnswersWhenClosed(SqliteSaver):
             return None
 
 
+class _NoRetention(DelegatingSaver):
+    """Forwards the contract's methods, but has no retention (the base class's prune and delete_thread)."""
+
+    prune = CheckpointSaver.prune
+    delete_thread = CheckpointSaver.delete_thread
+
+
 class _BrokenOnMemory(SaverContract):
     def __init__(self, wrapper: type[DelegatingSaver]) -> None:
         self.wrapper = wrapper
@@ -232,7 +239,7 @@ def test_checks_of_a_capability_the_saver_lacks_are_skipped(tmp_path: Path) -> N
     ):
         with pytest.raises(pytest.skip.Exception):
             check(tmp_path / check.__name__)
-    forwarding = _BrokenOnMemory(DelegatingSaver)  # forwards the contract's methods, but has no retention
+    forwarding = _BrokenOnMemory(_NoRetention)
     for check in (
         forwarding.test_prune_keeps_the_head_the_newest_safe_and_the_newest_ones,
         forwarding.test_delete_thread_removes_it_and_the_thread_can_start_again,
