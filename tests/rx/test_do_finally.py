@@ -10,6 +10,7 @@ from reactivex.testing import ReactiveTest, TestScheduler
 from reactivex.testing.marbles import marbles_testing
 
 from rxgraph.rx import SignalType, do_finally, do_on_cancel
+from rxgraph.rx._subscribe import subscribe_source
 
 on_next, on_completed, on_error = ReactiveTest.on_next, ReactiveTest.on_completed, ReactiveTest.on_error
 
@@ -165,9 +166,9 @@ def test_a_second_dispose_on_another_thread_returns_only_after_the_callback_ran(
         assert release.wait(10)
         order.append("callback done")
 
-    # Held directly, as an operator downstream holds it (Observable.subscribe would wrap it in a once-only
-    # disposable, which returns at once on the second call before this operator is even asked).
-    disposable = rx.never().pipe(do_finally(slow_finally))._subscribe_core(_Quiet(), None)
+    # Held as rxgraph's operators hold a source (Observable.subscribe would wrap it in a once-only disposable,
+    # which returns at once on the second call before this operator is even asked).
+    disposable = _held(rx.never().pipe(do_finally(slow_finally)))
     first = threading.Thread(target=disposable.dispose)
     first.start()
     assert entered.wait(10)
@@ -187,16 +188,15 @@ def test_a_dispose_from_inside_the_callback_does_not_wait_for_itself() -> None:
         calls.append(signal)
         holder[0].dispose()  # re-entrant: must return at once
 
-    subscription = rx.never().pipe(do_finally(callback))._subscribe_core(_Quiet(), None)
+    subscription = _held(rx.never().pipe(do_finally(callback)))
     holder.append(subscription)
     subscription.dispose()
     assert calls == [SignalType.CANCEL]
 
 
-class _Quiet(rx.abc.ObserverBase[Any]):
-    def on_next(self, value: Any) -> None: ...
-    def on_error(self, error: Exception) -> None: ...
-    def on_completed(self) -> None: ...
+def _held(source: rx.Observable[Any]) -> Any:
+    """``source`` subscribed the way rxgraph's own operators do it, its subscription as the source returned it."""
+    return subscribe_source(source, lambda _: None, lambda _: None, lambda: None, None)
 
 
 # -- several in one pipe -----------------------------------------------------------------------------------------
