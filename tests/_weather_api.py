@@ -9,8 +9,9 @@ from contextlib import contextmanager
 
 import openai
 from reactivex.scheduler import ThreadPoolScheduler
+from serve._serving import RewindWatch
 
-from rxgraph import CheckpointSaver, RunInfo
+from rxgraph import Checkpoint, CheckpointSaver, RunInfo
 from rxgraph.agent import ReactAgent, tool
 from rxgraph.models.openai import OpenAIChatModel
 from rxgraph.testing import ChatCompletionsServer, Gate, Reply, StreamedCall
@@ -33,6 +34,8 @@ class Scenario:
     the agent in front of it, with a tool that can be held until the turn is cancelled."""
 
     def __init__(self, phase: str, saver: CheckpointSaver) -> None:
+        self.phase = phase
+        self.weather_requests = 1 if phase in ("before the first output", "while the tool runs") else 2
         self.gate = Gate()  # never opened: an answer held at it is one the model is still generating
         call = Reply(StreamedCall("c1", "get_weather", '{"city": "Paris"}'))
         weather_turn = {
@@ -57,6 +60,29 @@ class Scenario:
         self.api.start()
         self.client = openai.OpenAI(base_url=self.api.base_url, api_key="test", max_retries=0, timeout=WAIT)
         self.agent = ReactAgent(OpenAIChatModel(self.client, "test-model"), tools=[get_weather], checkpointer=saver)
+
+    def check_left(self, saver: RewindWatch, before: Checkpoint) -> None:
+        """After the client left the weather turn: the model's HTTP stream was closed if one was open (else the
+        tool saw the cancel), and the thread was rewound to ``before``."""
+        last = self.api.request(self.weather_requests, WAIT)  # the weather turn's last request to the model
+        if self.phase == "while the tool runs":
+            assert self.tool_saw_cancel.wait(WAIT)
+            assert last.wait(WAIT) == "completed"  # no model stream was open: the tool was running
+        else:
+            assert last.wait(WAIT) == "aborted"  # the model's HTTP stream was closed while it was still answering
+        rewind = saver.wait_for_rewind()
+        assert rewind.parent_id == before.id and rewind.values == before.values
+
+    def check_next_accepted(self, saver: RewindWatch) -> None:
+        """After the "Thanks!" turn: its request was one a strict API takes, holding nothing of the cut turn."""
+        following = self.api.request(self.weather_requests + 1, WAIT)
+        assert (following.status, following.wait(WAIT)) == (200, "completed")  # a strict API took it (not a 400)
+        assert [(m["role"], m["content"]) for m in following.messages] == [
+            ("user", "Hi"),
+            ("assistant", "Hello!"),
+            ("user", "Thanks!"),
+        ]
+        assert len(self.api.requests) == self.weather_requests + 2 and len(saver.rewinds) == 1
 
     def close(self) -> None:
         self.client.close()
