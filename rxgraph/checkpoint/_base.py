@@ -67,11 +67,21 @@ class Checkpoint(BaseModel):
         default=None,
         description="for a run that failed: its error, as 'Type: message', on the checkpoint that ended it",
     )
+    pending: Mapping[str, Any] | None = Field(
+        default=None,
+        description="the run's work in flight beyond `next`: the interrupt waiting for a resume, the payloads of "
+        "`Send` tasks, the progress of joins (see `rxgraph.graph.Pending`); None when there is none",
+    )
 
     @field_validator("values", mode="after")
     @classmethod
     def _freeze_values(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
         return MappingProxyType({str(k): freeze(v) for k, v in values.items()})
+
+    @field_validator("pending", mode="after")
+    @classmethod
+    def _freeze_pending(cls, pending: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        return None if not pending else MappingProxyType({str(k): freeze(v) for k, v in pending.items()})
 
 
 def new_checkpoint(
@@ -90,6 +100,7 @@ def new_checkpoint(
     rolled_back_from: str | None = None,
     error: str | None = None,
     created_at: datetime | None = None,
+    pending: Mapping[str, Any] | None = None,
 ) -> Checkpoint:
     """A checkpoint built without validation: the one constructor for the engine's writes and the savers' reads.
 
@@ -98,8 +109,8 @@ def new_checkpoint(
     the whole state on every write; users build checkpoints with ``Checkpoint(...)``, which validates.
 
     Args:
-        id, thread_id, seq, values, run_id, source, parent_id, node, next, safe, unsafe_reason, rolled_back_from:
-            the fields of :class:`Checkpoint`, taken as they are.
+        id, thread_id, seq, values, run_id, source, parent_id, node, next, safe, unsafe_reason, rolled_back_from,
+            error, pending: the fields of :class:`Checkpoint`, taken as they are (``pending`` frozen, or None).
         created_at: when it was written; ``None`` for now (UTC).
 
     Returns:
@@ -120,6 +131,7 @@ def new_checkpoint(
         unsafe_reason=unsafe_reason,
         rolled_back_from=rolled_back_from,
         error=error,
+        pending=pending or None,
     )
 
 

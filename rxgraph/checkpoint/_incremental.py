@@ -70,7 +70,7 @@ Row: TypeAlias = tuple[Any, ...]
 
 COLUMNS = (
     "id, thread_id, seq, parent_id, node, next, run_id, source, created_at, safe, unsafe_reason, rolled_back_from, "
-    "manifest, error"
+    "manifest, error, pending"
 )
 """The columns of a checkpoint row, in the order :func:`checkpoint_row` gives them and :class:`Rows` returns them."""
 
@@ -195,7 +195,7 @@ class Plan:
     """What one ``put`` writes, decided before its transaction: the refs it reuses, the blobs and the list items it
     inserts (already encoded). The database gives the new rows their ids with :meth:`assign`."""
 
-    __slots__ = ("blobs", "borrowed_blobs", "borrowed_items", "chains", "head_manifest", "refs", "values")
+    __slots__ = ("blobs", "borrowed_blobs", "borrowed_items", "chains", "head_manifest", "pending", "refs", "values")
 
     def __init__(
         self,
@@ -213,6 +213,7 @@ class Plan:
         self.borrowed_items: set[int] = set()
         # The manifest of the expected head as this plan knows it (its rows are taken as there), or None.
         self.head_manifest: str | None = None
+        self.pending: str | None = None  # the checkpoint's pending work, encoded (the row's `pending` column)
 
     @property
     def new_rows(self) -> int:
@@ -358,7 +359,7 @@ class IncrementalStore:
         cid, thread_id, seq, parent_id, node, next_json, run_id, source, created_at, safe, unsafe, rolled, manifest = (
             row[:13]
         )
-        error = row[13]
+        error, pending_text = row[13], row[14]
         try:
             refs = _manifest_refs(manifest)
             blob_ids = [ref for ref in refs.values() if type(ref) is int]
@@ -384,6 +385,7 @@ class IncrementalStore:
                 unsafe_reason=unsafe,
                 rolled_back_from=rolled,
                 error=error,
+                pending=self.serde.loads(pending_text) if pending_text is not None else None,
             )
         except self._database_errors:
             raise  # a lock or I/O problem is not a damaged checkpoint: never let it be skipped as one
@@ -511,6 +513,8 @@ class IncrementalStore:
             texts = [serde.dumps(value[i], key=key, index=i) for i in range(start, len(value))]
             chains.append((key, tail, texts, len(value)))
         plan = Plan(checkpoint.values, refs, blobs, chains)
+        if checkpoint.pending:
+            plan.pending = serde.dumps(dict(checkpoint.pending), key="pending")
         if own:
             plan.head_manifest = parent.row[12]  # type: ignore[union-attr]
         for ref in borrowed:
@@ -655,8 +659,9 @@ class Retention:
     collect: bool = True
 
 
-def checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, Ref]) -> tuple[Row, int]:
-    """The row of ``checkpoint`` (see :data:`COLUMNS`), whose values live at ``refs``, and its payload bytes."""
+def checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, Ref], pending: str | None) -> tuple[Row, int]:
+    """The row of ``checkpoint`` (see :data:`COLUMNS`), whose values live at ``refs`` and whose pending work is
+    encoded as ``pending`` (the plan's: stored whole, it is small and rarely there), and its payload bytes."""
     # Keys as they are, not as \u escapes: json.loads would join an escaped surrogate pair into one code point.
     manifest = json_text({key: list(ref) if isinstance(ref, tuple) else ref for key, ref in refs.items()})
     row = (
@@ -674,6 +679,7 @@ def checkpoint_row(checkpoint: Checkpoint, refs: Mapping[str, Ref]) -> tuple[Row
         checkpoint.rolled_back_from,
         manifest,
         checkpoint.error,
+        pending,
     )
     return row, sum(len(v) if isinstance(v, str) else 8 for v in row if v is not None)
 

@@ -292,7 +292,7 @@ class Database:
                 reserved += more[0] if more is not None else []
             ids = iter(reserved)
             refs, blob_rows, item_rows, written = confirmed.assign(ids, ids)
-            row, row_bytes = checkpoint_row(checkpoint, refs)
+            row, row_bytes = checkpoint_row(checkpoint, refs, confirmed.pending)
             try:
                 conn.execute(
                     q["insert"],

@@ -47,7 +47,7 @@ from ._schema import FORMAT, check_not_newer, migrate, stored_version
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "TABLES", "Migration", "prepare"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes."""
 
 TABLES = ("meta", "heads", "checkpoints", "items", "blobs", "row_ids", "run_slots")
@@ -57,7 +57,14 @@ Migration = Callable[["psycopg.Connection[Any]"], None]
 """Upgrades a schema by one version, inside the transaction that opened it (it must not commit). Table names are
 not qualified: the schema is first on the connection's ``search_path`` while it runs."""
 
-MIGRATIONS: dict[int, Migration] = {}
+
+def _add_the_pending_column(conn: psycopg.Connection[Any]) -> None:
+    """Version 1 -> 2: checkpoints record the run's pending work (``Checkpoint.pending``: an interrupt, ``Send``
+    payloads, join progress)."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN pending text")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _add_the_pending_column}
 """Version ``v`` -> the migration from ``v`` to ``v + 1``. Opening an older schema runs them in order."""
 
 _SCHEMA = (
@@ -78,6 +85,7 @@ _SCHEMA = (
         rolled_back_from text,
         manifest text NOT NULL,
         error text,
+        pending text,
         PRIMARY KEY (thread_id, seq)
     )""",
     "CREATE INDEX checkpoints_safe ON checkpoints (thread_id, seq) WHERE safe",

@@ -255,7 +255,7 @@ class SqliteSaver(IncrementalSaver):
                     conn.executemany("INSERT INTO blobs (id, value) VALUES (?, ?)", blob_rows)
                 if item_rows:
                     conn.executemany("INSERT INTO items (id, prev_id, value) VALUES (?, ?, ?)", item_rows)
-                row, row_bytes = checkpoint_row(checkpoint, refs)
+                row, row_bytes = checkpoint_row(checkpoint, refs, plan.pending)
                 try:
                     conn.execute(_INSERT_CHECKPOINT, row)
                 except sqlite3.IntegrityError as error:

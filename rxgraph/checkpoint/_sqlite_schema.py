@@ -11,7 +11,7 @@ from ._sqlite_transaction import write_transaction
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "prepare"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes."""
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -32,7 +32,17 @@ def _keep_the_rows_threads_may_share(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: dict[int, Migration] = {1: _add_the_error_column, 2: _keep_the_rows_threads_may_share}
+def _add_the_pending_column(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4: checkpoints record the run's pending work (``Checkpoint.pending``: an interrupt, ``Send``
+    payloads, join progress)."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN pending TEXT")
+
+
+MIGRATIONS: dict[int, Migration] = {
+    1: _add_the_error_column,
+    2: _keep_the_rows_threads_may_share,
+    3: _add_the_pending_column,
+}
 """Version ``v`` -> the migration from ``v`` to ``v + 1``. Opening an older file runs them in order."""
 
 # Why each piece is there:
@@ -65,6 +75,7 @@ _SCHEMA = (
         rolled_back_from TEXT,
         manifest TEXT NOT NULL,
         error TEXT,
+        pending TEXT,
         PRIMARY KEY (thread_id, seq)
     ) WITHOUT ROWID""",
     "CREATE INDEX checkpoints_safe ON checkpoints (thread_id, safe, seq)",

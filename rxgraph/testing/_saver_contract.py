@@ -228,6 +228,8 @@ class SaverContract:
             safe=False,
             unsafe_reason="message 3: pending tool call (rule 4)",
             rolled_back_from="zz",
+            error="ValueError: no",
+            pending={"interrupt": {"node": "tools", "value": {"calls": [1, "x"]}}, "sends": [["b", {"n": 3}]]},
         )
         with _Session(self, tmp_path) as session:
             session.saver.put(first, expected_head=None)

@@ -89,15 +89,15 @@ def _with_password(dsn: str) -> str:
 def test_the_schema_records_its_format_and_version_and_indexes_safe_checkpoints(
     saver: PostgresSaver, postgres_server: str, raw: psycopg.Connection[Any]
 ) -> None:
-    assert saver.schema_version == 1
+    assert saver.schema_version == 2
     assert dict(raw.execute("SELECT key, value FROM meta").fetchall()) == {
         "format": "rxgraph.checkpoints",
-        "schema_version": "1",
+        "schema_version": "2",
     }
     indexes = [row[0] for row in raw.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'checkpoints'")]
     assert any("(thread_id, seq) WHERE safe" in definition for definition in indexes), indexes
     with PostgresSaver(postgres_server, schema=saver.schema) as again:  # opening it again changes nothing
-        assert again.schema_version == 1
+        assert again.schema_version == 2
 
 
 def test_the_default_schema_is_rxgraph(postgres_dsn: str) -> None:
@@ -161,11 +161,36 @@ def test_an_older_schema_version_is_migrated_once_and_a_failed_migration_changes
         conn.execute("CREATE TABLE added_by_migration (x int)")  # unqualified: the saver's schema
 
     for _ in range(2):
-        with PostgresSaver(postgres_server, schema=postgres_schema, migrations={0: v0_to_v1}) as migrated:
-            assert migrated.schema_version == 1 and ran == [0]
+        with PostgresSaver(
+            postgres_server, schema=postgres_schema, migrations={0: v0_to_v1, 1: _drop_nothing}
+        ) as migrated:
+            assert migrated.schema_version == 2 and ran == [0]
             head = migrated.get("t")
             assert head is not None and len(head.values["messages"]) == 4
     assert raw.execute("SELECT to_regclass('added_by_migration')").fetchone() != (None,)
+
+
+def _drop_nothing(conn: psycopg.Connection[Any]) -> None:
+    """A version 1 -> 2 migration for a schema that has version 2's columns already."""
+
+
+def test_a_version_1_schema_gains_the_pending_column_and_keeps_its_checkpoints(
+    postgres_server: str, postgres_schema: str, raw: psycopg.Connection[Any]
+) -> None:
+    with PostgresSaver(postgres_server, schema=postgres_schema) as saver:
+        _seed(saver, "t", 4)
+    raw.execute("ALTER TABLE checkpoints DROP COLUMN pending")
+    raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with PostgresSaver(postgres_server, schema=postgres_schema) as migrated:
+        assert migrated.schema_version == 2
+        head = migrated.get("t")
+        assert head is not None and len(head.values["messages"]) == 4 and head.pending is None
+        migrated.put(
+            head.model_copy(update={"id": "p", "seq": head.seq + 1, "parent_id": head.id, "pending": {"k": [1]}}),
+            expected_head=head.id,
+        )
+        again = migrated.get("t")
+        assert again is not None and again.pending == {"k": [1]}
 
 
 def test_a_database_that_is_not_utf8_is_refused(postgres_server: str, _postgres_admin: Any) -> None:

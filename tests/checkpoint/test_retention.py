@@ -335,10 +335,11 @@ def test_rows_a_version_2_file_may_share_between_threads_are_never_freed(tmp_pat
         # As a version-2 saver could write it: thread b's checkpoint shares thread a's blob.
         blob_a = json.loads(raw.execute("SELECT manifest FROM checkpoints WHERE id = 'a1'").fetchone()[0])["note"]
         raw.execute("UPDATE checkpoints SET manifest = ? WHERE id = 'b1'", (json.dumps({"note": blob_a}),))
+        raw.execute("ALTER TABLE checkpoints DROP COLUMN pending")  # as version 2 had it
         raw.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         raw.execute("DELETE FROM meta WHERE key NOT IN ('format', 'schema_version')")
     with SqliteSaver(db) as migrated:
-        assert migrated.schema_version == 3
+        assert migrated.schema_version == 4
         assert migrated.delete_thread("a") == 1
         b = migrated.get("b")
         assert b is not None and b.values == {"note": "a"}
@@ -377,6 +378,7 @@ class _RowsPrunedMidRead:
             None,
             None,
             '{"x":7}',
+            None,
             None,
         )
 

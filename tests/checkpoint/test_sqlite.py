@@ -188,7 +188,7 @@ def test_a_locked_new_file_makes_opening_raise_with_the_same_note(db: Path) -> N
             SqliteSaver(db, timeout=0.05)
         other.execute("ROLLBACK")
     with SqliteSaver(db) as saver:
-        assert saver.schema_version == 3
+        assert saver.schema_version == 4
 
 
 # -- incremental storage -------------------------------------------------------------------------------------------
@@ -325,12 +325,12 @@ def test_an_unregistered_value_is_refused_and_nothing_is_written(saver: SqliteSa
 
 
 def test_the_file_is_in_wal_mode_and_records_its_schema_version(saver: SqliteSaver, db: Path) -> None:
-    assert saver.schema_version == 3
+    assert saver.schema_version == 4
     with _raw(db) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert dict(raw.execute("SELECT key, value FROM meta")) == {
             "format": "rxgraph.checkpoints",
-            "schema_version": "3",
+            "schema_version": "4",
         }
         indexes = {
             row[0] for row in raw.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
@@ -376,9 +376,10 @@ def test_a_newer_schema_version_is_refused(db: Path) -> None:
 
 
 def _as_version_1(db: Path) -> None:
-    """Turn a file this code wrote into one a version-1 rxgraph wrote (no error column)."""
+    """Turn a file this code wrote into one a version-1 rxgraph wrote (no error or pending column)."""
     with _raw(db) as raw:
         raw.execute("ALTER TABLE checkpoints DROP COLUMN error")
+        raw.execute("ALTER TABLE checkpoints DROP COLUMN pending")
         raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         raw.execute("DELETE FROM meta WHERE key NOT IN ('format', 'schema_version')")
 
@@ -388,17 +389,18 @@ def test_a_version_1_file_gains_the_error_column_and_reads_back_as_it_was(db: Pa
         written = _seed(saver, "t", 4)
     _as_version_1(db)
     with SqliteSaver(db) as migrated:
-        assert migrated.schema_version == 3
+        assert migrated.schema_version == 4
         head = migrated.get("t")
-        assert head is not None and head.values == written.values and head.error is None
+        assert head is not None and head.values == written.values and head.error is None and head.pending is None
         failed = Checkpoint(
             id="f", thread_id="t", seq=head.seq + 1, parent_id=head.id, values=head.values, run_id="r",
-            source="error", error="ValueError: the model is down",
+            source="error", error="ValueError: the model is down", pending={"interrupt": {"value": [1, "a"]}},
         )  # fmt: skip
         migrated.put(failed, expected_head=head.id)
     with SqliteSaver(db) as reopened:
         back = reopened.get("t")
         assert back is not None and back.source == "error" and back.error == "ValueError: the model is down"
+        assert back.pending == {"interrupt": {"value": (1, "a")}}
 
 
 def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
@@ -430,7 +432,7 @@ def test_an_older_schema_version_is_migrated_once(db: Path) -> None:
         assert raw.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "0"
         assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'added_by_migration'").fetchone()[0] == 0
     with SqliteSaver(db, migrations=migrations) as migrated:
-        assert migrated.schema_version == 3 and ran == [0]
+        assert migrated.schema_version == 4 and ran == [0]
         head = migrated.get("t")
         assert head is not None and len(head.values["messages"]) == 4
     with SqliteSaver(db, migrations=migrations):
