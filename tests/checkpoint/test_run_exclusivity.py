@@ -66,9 +66,12 @@ class Worker:
         return outcome
 
     def result(self) -> dict[str, Any]:
-        """Its outcome, once it exited cleanly."""
+        """Its outcome, once it exited cleanly (else its exit code and stderr, to say why)."""
         outcome = self.outcome()
-        assert self.process.wait(60) == 0
+        code = self.process.wait(60)
+        if code != 0:
+            _, err = self.process.communicate()
+            raise AssertionError(f"the worker exited with {code} after its outcome {outcome}; its stderr:\n{err}")
         return outcome
 
     def say(self, text: str = "go") -> None:
