@@ -7,7 +7,7 @@ from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig,
 from ._constants import END, START
 from ._outputs import NodeOutput, RunOutput, StateSnapshot, StreamingOutput
 from ._run_info import RunInfo
-from ._state import KeyStrategy
+from ._state import KeyReducer, KeyStrategy
 
 __all__ = [
     "END",
@@ -17,6 +17,7 @@ __all__ = [
     "ErrorPolicy",
     "FrozenDict",
     "FrozenList",
+    "KeyReducer",
     "KeyStrategy",
     "MultitaskPolicy",
     "NodeOutput",
