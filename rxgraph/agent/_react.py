@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import reactivex as rx
@@ -14,7 +14,7 @@ from reactivex.scheduler import ImmediateScheduler
 
 from .._arguments import check_scheduler
 from ..checkpoint._base import CheckpointSaver
-from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError
+from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError, UnsafeHistoryError
 from ..graph._builder import StateGraph
 from ..graph._compiled import CompiledGraph
 from ..graph._config import (
@@ -29,6 +29,7 @@ from ..graph._constants import END, START
 from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._run_info import RunInfo
 from ..graph._state import KeyStrategy
+from ..messages._rules import request_violations
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._model import ChatChunk, ChatModel, merge_chunks
 from ._tools import Tool, tool
@@ -80,6 +81,7 @@ class ReactAgent:
         on_unsafe_head: UnsafeHeadPolicy | None = None,
         multitask: MultitaskPolicy | None = None,
         on_error: ErrorPolicy | None = None,
+        trim: Callable[[list[Message]], Sequence[Message]] | None = None,
     ) -> None:
         """Build the agent and compile its graph.
 
@@ -99,11 +101,18 @@ class ReactAgent:
             on_unsafe_head: where a turn starts when the thread's head cannot take a user message.
             multitask: what a turn does when another one holds the thread.
             on_error: what a failed turn leaves behind (``"rewind"`` unless ``policy`` says otherwise).
+            trim: what the model sees of a long thread, e.g. ``lambda m: trim_messages(m, max_messages=20)``
+                (``rxgraph.messages.trim_messages``). Called before each model call with the request: the system
+                prompt first, then the whole history; what it returns is sent instead (the stored history stays
+                whole). A budget it applies counts the system prompt, which is never dropped: when the result does
+                not start with it, it is put back in front. The result must end with the history's newest message
+                and pass ``request_violations``; otherwise the turn fails (``InvalidArgumentError`` or
+                ``UnsafeHistoryError``, before the model is called). Default None: the whole history is sent.
 
         Raises:
             InvalidTypeError: ``model`` has no ``stream`` method, a function's signature cannot be described
-                to a model, ``max_parallel_tools`` is not an int, or ``tool_scheduler`` is not a reactivex
-                scheduler.
+                to a model, ``max_parallel_tools`` is not an int, ``tool_scheduler`` is not a reactivex
+                scheduler, or ``trim`` is not callable.
             InvalidArgumentError: ``max_iterations`` or ``max_parallel_tools`` < 1, a tool name is not allowed or
                 used twice, or a policy is not one of its choices.
         """
@@ -125,6 +134,10 @@ class ReactAgent:
                 f"max_parallel_tools must be at least 1, got {max_parallel_tools}", argument="max_parallel_tools"
             )
         check_scheduler(tool_scheduler, argument="tool_scheduler")
+        if trim is not None and not callable(trim):
+            raise InvalidTypeError(
+                f"trim must be callable (messages -> messages), got {type(trim).__name__}", argument="trim"
+            )
         self.model = model
         self.tools: Mapping[str, Tool] = {}
         registry: dict[str, Tool] = {}
@@ -140,6 +153,7 @@ class ReactAgent:
         self.max_iterations = max_iterations
         self.max_parallel_tools = max_parallel_tools
         self.tool_scheduler = tool_scheduler
+        self.trim = trim
         self._specs = tuple(t.spec for t in registry.values())
         self.graph: CompiledGraph = (
             StateGraph({"messages": KeyStrategy.APPEND})
@@ -250,7 +264,7 @@ class ReactAgent:
 
     # -- nodes -------------------------------------------------------------------------------------------------
 
-    def _call_model(self, state: Mapping[str, Any]) -> Observable[ChatChunk]:
+    def _call_model(self, state: Mapping[str, Any], run: RunInfo) -> Observable[ChatChunk]:
         history: Sequence[Message] = state.get("messages", ())
         calls = _model_calls_this_turn(history)
         if calls >= self.max_iterations:
@@ -260,6 +274,8 @@ class ReactAgent:
             )
         request: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         request.extend(history)
+        if self.trim is not None:
+            request = _trimmed(self.trim, request, prompted=bool(self.system_prompt), thread_id=run.thread_id)
         tools = self._specs if calls + 1 < self.max_iterations else ()
         return self.model.stream(request, tools)
 
@@ -298,6 +314,45 @@ class ReactAgent:
         return chosen.run(run, self.tool_scheduler, **arguments).pipe(
             ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed)
         )
+
+
+def _trimmed(
+    trim: Callable[[list[Message]], Sequence[Message]],
+    request: list[Message],
+    *,
+    prompted: bool,
+    thread_id: str | None,
+) -> list[Message]:
+    """What ``trim`` leaves of ``request`` (the system prompt first when ``prompted``, then the history), with the
+    system prompt put back first if it was dropped, checked before it is sent."""
+    result = trim(list(request))  # a copy: the trim may change its list, never the history
+    if isinstance(result, str) or not isinstance(result, Sequence):
+        raise InvalidTypeError(f"trim must return a list of messages, got {type(result).__name__}", argument="trim")
+    trimmed = list(result)
+    for index, message in enumerate(trimmed):
+        if not isinstance(message, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
+            raise InvalidTypeError(
+                f"trim returned something that is not an rxgraph message at index {index}: {type(message).__name__}",
+                argument="trim",
+            )
+    if prompted and (not trimmed or trimmed[0] != request[0]):
+        trimmed.insert(0, request[0])
+    if request and (not trimmed or trimmed[-1] != request[-1]):
+        raise InvalidArgumentError(
+            f"trim dropped the newest message of the history (a {request[-1].role} message); the model would not "
+            "see what it has to answer",
+            argument="trim",
+        )
+    violations = request_violations(trimmed)
+    if violations:
+        lines = "\n".join(str(v) for v in violations)
+        raise UnsafeHistoryError(
+            f"the request that trim returned is not a valid request body, so it was not sent "
+            f"(thread {thread_id!r}):\n{lines}",
+            violations=violations,
+            thread_id=thread_id,
+        )
+    return trimmed
 
 
 def _model_update(chunks: Sequence[ChatChunk]) -> dict[str, Any]:

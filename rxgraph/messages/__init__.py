@@ -13,6 +13,7 @@ from rxgraph.messages._rules import (
     request_violations,
     sequence_violations,
 )
+from rxgraph.messages._trim import trim_messages
 from rxgraph.messages._types import (
     AssistantMessage,
     Message,
@@ -40,4 +41,5 @@ __all__ = [
     "request_violations",
     "sequence_violations",
     "to_openai",
+    "trim_messages",
 ]
