@@ -15,6 +15,7 @@
     │   ├── ModelAPIError                          the chat model's API refused or failed   .status_code .body
     │   ├── ThreadBusyError                        another run holds the thread          .thread_id .run_id
     │   ├── RunInterruptedError                    a newer run took the thread   .thread_id .run_id .by_run_id
+    │   ├── NodeTimeoutError (TimeoutError)        a node's attempt outran its timeout   .node .timeout .attempt
     │   └── DeadlockError (RuntimeError)           a blocking call would wait for itself
     ├── UnsafeHistoryError (ValueError)        a message history breaks the chat-API rules    .violations .thread_id
     ├── MessageFormatError (ValueError)        a message (or a model's chunk) cannot be what it says   .index
@@ -57,6 +58,7 @@ __all__ = [
     "MaxIterationsError",
     "MessageFormatError",
     "ModelAPIError",
+    "NodeTimeoutError",
     "RouteError",
     "RunError",
     "RunInterruptedError",
@@ -199,6 +201,19 @@ class RunInterruptedError(RunError):
         self.thread_id = thread_id
         self.run_id = run_id
         self.by_run_id = by_run_id
+
+
+class NodeTimeoutError(RunError, TimeoutError):
+    """An attempt of a node ran longer than the node's ``timeout`` (``add_node(..., timeout=...)``): it was disposed
+    (an ``async def`` is cancelled, a stream unsubscribed; a blocking call on a thread runs on, and what it returns
+    is dropped). A node's ``RetryPolicy`` retries it by default. ``node`` is the node, ``timeout`` its limit in
+    seconds, ``attempt`` the attempt that ran out of time (1 for the first)."""
+
+    def __init__(self, message: str, *, node: str, timeout: float, attempt: int = 1) -> None:
+        super().__init__(message)
+        self.node = node
+        self.timeout = timeout
+        self.attempt = attempt
 
 
 class DeadlockError(RunError, RuntimeError):

@@ -6,6 +6,7 @@ from ._compiled import CompiledGraph
 from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, START
 from ._outputs import NodeOutput, RunOutput, StateSnapshot, StreamingOutput
+from ._policies import NodeRetry, RetryPolicy
 from ._run_info import RunInfo
 from ._state import KeyReducer, KeyStrategy
 
@@ -21,6 +22,8 @@ __all__ = [
     "KeyStrategy",
     "MultitaskPolicy",
     "NodeOutput",
+    "NodeRetry",
+    "RetryPolicy",
     "RunInfo",
     "RunOutput",
     "RunnableConfig",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Self
 
@@ -17,6 +18,7 @@ from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, TurnPolicy, Uns
 from ._constants import END, RESERVED_NAMES, START
 from ._edges import Branch, Route
 from ._node import NodeAction, NodeSpec, Reducer
+from ._policies import RetryPolicy
 from ._spec import GraphSpec
 from ._state import KeyStrategy, StateSchema
 
@@ -50,6 +52,8 @@ class StateGraph:
         *,
         reduce: Reducer | None = None,
         scheduler: abc.SchedulerBase | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Self:
         """Add a node.
 
@@ -60,6 +64,10 @@ class StateGraph:
         run's event loop (see ``RunInfo.loop``); disposing the run cancels it. An action that declares a parameter
         annotated ``RunInfo`` receives the run's (its thread, id, ``context``, and the ``cancelled`` event).
 
+        With ``retry`` or ``timeout`` the node always streams: an attempt that returns its update (a mapping or None)
+        streams it as its one chunk, a read-only mapping (empty for None), before the ``NodeOutput``. Disposing the
+        run disposes the running attempt and a pending backoff; no attempt starts after it.
+
         Args:
             name: a name no other node has (not ``START`` or ``END``).
             action: the node's function.
@@ -67,13 +75,24 @@ class StateGraph:
             scheduler: where to call the action — a ``ThreadPoolScheduler`` for blocking work (an HTTP call, a
                 database query), so that it never runs on the thread that delivers the run's events (an asyncio
                 loop, say). Default: the graph's ``node_scheduler`` (``compile``), else the run's own flow.
+            retry: call the action again when it fails (``RetryPolicy``: attempts, backoff, which errors). Before
+                each new attempt the node streams a ``NodeRetry`` chunk — the subscriber gets
+                ``StreamingOutput(node, state, chunk=NodeRetry(attempt, error, delay))`` and should discard what
+                the node streamed before it — then waits ``delay`` seconds on the run's scheduler. Only the chunks
+                after the last ``NodeRetry`` make the update (``reduce`` never sees a ``NodeRetry``). The last
+                error, or one ``retry_on`` does not retry, fails the run.
+            timeout: seconds (or a ``timedelta``) each attempt may take, from its start to its update or its
+                stream's end; an attempt still running then is disposed and fails with ``NodeTimeoutError``, which
+                the default ``RetryPolicy`` retries. Timed on the run's scheduler.
 
         Returns:
             This graph.
 
         Raises:
             GraphValidationError: the name is empty, reserved or taken.
-            InvalidTypeError: ``action`` or ``reduce`` is not callable, or ``action`` takes no argument.
+            InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, ``retry`` is
+                not a ``RetryPolicy``, or ``timeout`` is not a number or a ``timedelta``.
+            InvalidArgumentError: ``timeout`` is not a positive, finite time.
         """
         if not isinstance(name, str) or not name:
             raise GraphValidationError(f"a node name must be a non-empty string, got {name!r}", node=str(name))
@@ -83,7 +102,7 @@ class StateGraph:
             )
         if name in self._nodes:
             raise GraphValidationError(f"a node named {name!r} already exists; node names must be unique", node=name)
-        self._nodes[name] = NodeSpec.of(name, action, reduce, scheduler)
+        self._nodes[name] = NodeSpec.of(name, action, reduce, scheduler, retry=retry, timeout=timeout)
         return self
 
     def add_edge(self, source: str, target: str) -> Self:

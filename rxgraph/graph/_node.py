@@ -1,16 +1,25 @@
-"""A node: its action, how it is called, and how a streaming node's chunks become one state update."""
+"""A node: its action, how it is called (under its policies, if it has any), and how a streaming node's chunks
+become one state update."""
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, get_type_hints
+from datetime import timedelta
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeAlias, cast, get_type_hints
 
 from reactivex import Observable, abc
+from reactivex import operators as ops
+from reactivex.disposable import Disposable
+from reactivex.scheduler import TimeoutScheduler
 
 from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError
+from ..rx._awaitable import from_awaitable
+from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
 from ._run_info import RunInfo
 
 if TYPE_CHECKING:
@@ -71,6 +80,8 @@ class NodeSpec:
 
     ``scheduler``: where the action is called (a thread pool for blocking work), or None for the run's own flow.
     ``run_info``: the name of the action's ``RunInfo`` parameter, if it declares one.
+    ``retry``, ``timeout``: the node's policies (see ``StateGraph.add_node``); with either, ``call`` returns the
+    stream of the node's attempts, and ``updates_from_chunks`` reads the last attempt's chunks only.
     """
 
     name: str
@@ -80,16 +91,27 @@ class NodeSpec:
     reduce_takes_state: bool
     scheduler: abc.SchedulerBase | None = None
     run_info: str | None = None
+    retry: RetryPolicy | None = None
+    timeout: float | None = None  # seconds
 
     @classmethod
     def of(
-        cls, name: str, action: NodeAction, reduce: Reducer | None, scheduler: abc.SchedulerBase | None = None
+        cls,
+        name: str,
+        action: NodeAction,
+        reduce: Reducer | None,
+        scheduler: abc.SchedulerBase | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
     ) -> NodeSpec:
         """Check and describe a node.
 
         Raises:
-            InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, or
-                ``scheduler`` is not a reactivex scheduler.
+            InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, ``scheduler``
+                is not a reactivex scheduler, ``retry`` is not a ``RetryPolicy``, or ``timeout`` is neither None,
+                a number of seconds nor a ``timedelta``.
+            InvalidArgumentError: ``timeout`` is not a positive, finite time.
         """
         if not callable(action):
             raise InvalidTypeError(
@@ -100,6 +122,11 @@ class NodeSpec:
                 f"node {name!r}: reduce must be callable, got {type(reduce).__name__}", argument="reduce"
             )
         check_scheduler(scheduler, argument="scheduler", owner=f"node {name!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidTypeError(
+                f"node {name!r}: retry must be a RetryPolicy, got {type(retry).__name__}", argument="retry"
+            )
+        seconds = check_timeout(timeout, node=name)
         run_info = run_info_parameter(action)
         positional = _positional(action, run_info)
         if positional == 0:
@@ -116,10 +143,33 @@ class NodeSpec:
             reduce_takes_state=reduce_positional is None or reduce_positional >= 2,
             scheduler=scheduler,
             run_info=run_info,
+            retry=retry,
+            timeout=seconds,
         )
 
     def call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
-        """Call the action with what it declares: the state, the config, the run."""
+        """Call the action with what it declares: the state, the config, the run.
+
+        A node with a policy is not called here: it returns the stream of its attempts (``run_attempts``), each
+        calling the action on the node's scheduler (if it has one) when it starts, its waits timed on the run's
+        scheduler. An attempt's update — the action returned a mapping or None — is its one chunk
+        (``_ReturnedUpdate``).
+        """
+        if self.retry is None and self.timeout is None:
+            return self._call(state, config, run)
+        return run_attempts(
+            functools.partial(self._attempt, state, config, run),
+            node=self.name,
+            retry=self.retry,
+            timeout=self.timeout,
+            timers=config.scheduler or TimeoutScheduler.singleton(),
+            caller=self.scheduler,
+        )
+
+    def _attempt(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> abc.ObservableBase[Any]:
+        return _as_chunks(self.name, self._call(state, config, run), run)
+
+    def _call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
         if self.run_info is None:
             return self.action(state, config) if self.takes_config else self.action(state)
         extra = {self.run_info: run}
@@ -131,11 +181,17 @@ class NodeSpec:
         """The updates to merge, in order, once the chunk stream completed.
 
         With a ``reduce`` function: its one result. Without one, every chunk must itself be an update (a mapping);
-        they are merged one after the other, so ``APPEND`` keys collect the items of all chunks.
+        they are merged one after the other, so ``APPEND`` keys collect the items of all chunks. For a node with a
+        policy, only the chunks after the last ``NodeRetry`` count (the attempt that completed), and an attempt that
+        returned its update is that update.
 
         Raises:
             InvalidUpdateError: a chunk that is not a mapping, with no ``reduce`` to make one.
         """
+        if self.retry is not None or self.timeout is not None:
+            chunks = _last_attempt(chunks)
+            if len(chunks) == 1 and isinstance(chunks[0], _ReturnedUpdate):
+                return (chunks[0].update,)
         if self.reduce is not None:
             return (self.reduce(chunks, state) if self.reduce_takes_state else self.reduce(chunks),)
         for index, chunk in enumerate(chunks):
@@ -146,3 +202,67 @@ class NodeSpec:
                     node=self.name,
                 )
         return chunks
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class _ReturnedUpdate(Mapping[str, Any]):
+    """The update an attempt of a node with a policy returned (a mapping, or None), streamed as that attempt's one
+    chunk: the subscriber sees it as a read-only mapping (empty for None), and the tail takes ``update`` as it is."""
+
+    __slots__ = ("update",)
+
+    def __init__(self, update: Mapping[str, Any] | None) -> None:
+        self.update = update
+
+    def __getitem__(self, key: str) -> Any:
+        return (self.update if self.update is not None else _EMPTY)[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.update if self.update is not None else _EMPTY)
+
+    def __len__(self) -> int:
+        return len(self.update) if self.update is not None else 0
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _emit_one(value: Any) -> Observable[Any]:
+    """An Observable that emits ``value`` and completes, at once, on the subscribing thread."""
+
+    def _subscribe(observer: abc.ObserverBase[Any], _: abc.SchedulerBase | None = None) -> abc.DisposableBase:
+        observer.on_next(value)
+        observer.on_completed()
+        return Disposable()
+
+    return Observable(_subscribe)
+
+
+def _as_chunks(name: str, result: Any, run: RunInfo) -> abc.ObservableBase[Any]:
+    """An attempt's result as its chunk stream: an update as one ``_ReturnedUpdate``, an Observable as it is, an
+    awaitable awaited on the run's loop and then taken the same way."""
+    if result is None or isinstance(result, Mapping):
+        return _emit_one(_ReturnedUpdate(result))
+    # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
+    if isinstance(result, abc.ObservableBase):
+        return result
+    if inspect.isawaitable(result):
+        # (Every ObservableBase reactivex makes is an Observable: the cast only tells flat_map's overloads.)
+        return from_awaitable(result, run.loop).pipe(
+            ops.flat_map(lambda awaited: cast(Observable[Any], _as_chunks(name, awaited, run)))
+        )
+    raise InvalidUpdateError(
+        f"node {name!r} returned a {type(result).__name__}; an action returns a mapping (the update), None, an "
+        "Observable of chunks, or (async def) a coroutine of one of those",
+        node=name,
+    )
+
+
+def _last_attempt(chunks: Sequence[Any]) -> Sequence[Any]:
+    """The chunks after the last ``NodeRetry``: those of the attempt that completed."""
+    for index in range(len(chunks) - 1, -1, -1):
+        if isinstance(chunks[index], NodeRetry):
+            return chunks[index + 1 :]
+    return chunks
