@@ -17,6 +17,7 @@
     │   ├── RunInterruptedError                    a newer run took the thread   .thread_id .run_id .by_run_id
     │   ├── NodeTimeoutError (TimeoutError)        a node's attempt outran its timeout   .node .timeout .attempt
     │   └── DeadlockError (RuntimeError)           a blocking call would wait for itself
+    ├── NodeInterrupt                          a node asks the run to stop for a human (not a failure)  .value
     ├── UnsafeHistoryError (ValueError)        a message history breaks the chat-API rules    .violations .thread_id
     ├── MessageFormatError (ValueError)        a message (or a model's chunk) cannot be what it says   .index
     ├── ToolInputError (ValueError)            a model's arguments for a tool are not valid     .tool
@@ -58,6 +59,7 @@ __all__ = [
     "MaxIterationsError",
     "MessageFormatError",
     "ModelAPIError",
+    "NodeInterrupt",
     "NodeTimeoutError",
     "RouteError",
     "RunError",
@@ -223,6 +225,18 @@ class DeadlockError(RunError, RuntimeError):
 
 
 # -- messages and tools ----------------------------------------------------------------------------------------
+
+
+class NodeInterrupt(RxGraphError):
+    """Raised by ``interrupt(value)`` in a node (or returned by the node): the run stops before the node's superstep
+    as an interrupted run — not a failed one — with ``value`` in its ``InterruptOutput`` and the thread's state, until
+    ``stream(Command(resume=...), config)`` runs the superstep again. ``index`` is which ``interrupt()`` call of the
+    node it is (0 for the first), so that a resumed node gets each of its answers back in order."""
+
+    def __init__(self, value: object = None, *, index: int = 0) -> None:
+        super().__init__(f"the node interrupted the run with {value!r}")
+        self.value = value
+        self.index = index
 
 
 class UnsafeHistoryError(RxGraphError, ValueError):

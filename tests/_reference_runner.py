@@ -36,6 +36,12 @@ from rxgraph.rx._awaitable import background_loop
 __all__ = ["reference_stream"]
 
 
+def _route(spec: Any, source: str, state: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The node after ``source`` in a graph with one way out of each node, and the checkpoint's ``next``."""
+    tasks, _ = spec.advance((source,), state)
+    return (tasks[0] if tasks else END), tuple(tasks)
+
+
 def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, config: Any) -> Observable[NodeOutput]:
     """What ``graph.stream(input, config)`` does, from reactivex operators only (no run slots: one run at a time)."""
 
@@ -69,7 +75,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             if input is None:
                 return steps(base.next[0] if base is not None and base.next else END, state, 0)
             state = spec.schema.merge(state, input, origin="input")
-            first, next_nodes = spec.route(START, state)
+            first, next_nodes = _route(spec, START, state)
             writer.commit(state, node=START, next_nodes=next_nodes, source="input")
             return steps(first, state, 0)
 
@@ -104,7 +110,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 return rx.empty()
             for update in updates:
                 state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
-            following, next_nodes = spec.route(name, state)
+            following, next_nodes = _route(spec, name, state)
             checkpoint = writer.commit(state, node=name, next_nodes=next_nodes, source="loop")
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()

@@ -29,9 +29,10 @@ __all__ = [
     "select_pruned",
 ]
 
-CheckpointSource = Literal["input", "loop", "rewind", "update", "error"]
-"""Why a checkpoint was written: the input merged at START, a node finished, a cancelled or failed turn was rewound,
-a state was written from outside a run, or a failed run recorded its error and kept what it had written."""
+CheckpointSource = Literal["input", "loop", "rewind", "update", "error", "interrupt"]
+"""Why a checkpoint was written: the input merged at START, a node (or a superstep of nodes) finished, a cancelled
+or failed turn was rewound, a state was written from outside a run, a failed run recorded its error and kept what it
+had written, or a node interrupted the run (the state before its superstep, with the interrupt pending)."""
 
 
 class Checkpoint(BaseModel):

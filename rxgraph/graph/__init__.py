@@ -5,7 +5,9 @@ from ._builder import StateGraph
 from ._compiled import CompiledGraph
 from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, START
-from ._outputs import NodeOutput, RunOutput, StateSnapshot, StreamingOutput
+from ._edges import Send
+from ._interrupt import Command, PendingInterrupt, interrupt
+from ._outputs import InterruptOutput, NodeOutput, RunOutput, StateSnapshot, StreamingOutput
 from ._policies import NodeRetry, RetryPolicy
 from ._run_info import RunInfo
 from ._state import KeyReducer, KeyStrategy
@@ -14,22 +16,27 @@ __all__ = [
     "END",
     "START",
     "CancelPolicy",
+    "Command",
     "CompiledGraph",
     "ErrorPolicy",
     "FrozenDict",
     "FrozenList",
+    "InterruptOutput",
     "KeyReducer",
     "KeyStrategy",
     "MultitaskPolicy",
     "NodeOutput",
     "NodeRetry",
+    "PendingInterrupt",
     "RetryPolicy",
     "RunInfo",
     "RunOutput",
     "RunnableConfig",
+    "Send",
     "StateGraph",
     "StateSnapshot",
     "StreamingOutput",
     "TurnPolicy",
     "UnsafeHeadPolicy",
+    "interrupt",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from types import MappingProxyType
@@ -16,11 +16,11 @@ from ..errors import GraphValidationError, InvalidArgumentError, InvalidTypeErro
 from ._compiled import CompiledGraph
 from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, TurnPolicy, UnsafeHeadPolicy
 from ._constants import END, RESERVED_NAMES, START
-from ._edges import Branch, Route
+from ._edges import Branch, Join, Route
 from ._node import NodeAction, NodeSpec, Reducer
 from ._policies import RetryPolicy
 from ._spec import GraphSpec
-from ._state import KeyStrategy, StateSchema
+from ._state import KeyReducer, KeyStrategy, StateSchema
 
 __all__ = ["StateGraph"]
 
@@ -33,7 +33,7 @@ class StateGraph:
     calls can be chained.
     """
 
-    def __init__(self, schema: Mapping[str, KeyStrategy] | None = None) -> None:
+    def __init__(self, schema: Mapping[str, KeyStrategy | KeyReducer] | None = None) -> None:
         """Args:
             schema: the key strategies of the state (keys not listed use ``KeyStrategy.REPLACE``).
 
@@ -43,6 +43,7 @@ class StateGraph:
         self._schema = StateSchema(schema)
         self._nodes: dict[str, NodeSpec] = {}
         self._edges: list[tuple[str, str]] = []
+        self._joins: list[Join] = []
         self._conditional: list[Branch] = []
 
     def add_node(
@@ -105,13 +106,31 @@ class StateGraph:
         self._nodes[name] = NodeSpec.of(name, action, reduce, scheduler, retry=retry, timeout=timeout)
         return self
 
-    def add_edge(self, source: str, target: str) -> Self:
+    def add_edge(self, source: str | Sequence[str], target: str) -> Self:
         """After ``source`` (a node or ``START``) runs ``target`` (a node or ``END``). Checked by ``compile``.
+
+        Several edges out of one node run their targets together, in one superstep, concurrently (see
+        ``compile(max_concurrency=)``). A list of sources is a join: ``add_edge(["b", "c"], "d")`` runs ``d`` once
+        both ``b`` and ``c`` have finished, in the superstep after the last of them.
 
         Returns:
             This graph.
+
+        Raises:
+            GraphValidationError: ``source`` is an empty list, or a list naming a node twice.
         """
-        self._edges.append((source, target))
+        if isinstance(source, str):
+            self._edges.append((source, target))
+            return self
+        sources = tuple(source)
+        if not sources or len(set(sources)) != len(sources):
+            raise GraphValidationError(
+                f"a join needs distinct source nodes, got {list(sources)!r}", node=str(sources[0] if sources else "")
+            )
+        if len(sources) == 1:
+            self._edges.append((sources[0], target))
+        else:
+            self._joins.append(Join(sources, target))
         return self
 
     def add_conditional_edges(
@@ -120,8 +139,9 @@ class StateGraph:
         """After ``source``, ``route(state)`` chooses what runs next.
 
         With ``path_map`` (a mapping), the route returns one of its keys; with a list of node names it returns one of
-        them; without, it returns a node name or ``END``. A route that returns anything else fails the run with
-        ``RouteError``.
+        them; without, it returns a node name or ``END``. It may return a list of those to run several nodes in the
+        next superstep, and ``Send(node, arg)`` items to run a node over a payload of its own (map-reduce). A route
+        that returns anything else fails the run with ``RouteError``.
 
         Args:
             source: the node (or ``START``) the route follows.
@@ -163,6 +183,9 @@ class StateGraph:
         on_error: ErrorPolicy | None = None,
         messages_key: str | None = "messages",
         node_scheduler: abc.SchedulerBase | None = None,
+        interrupt_before: Collection[str] = (),
+        interrupt_after: Collection[str] = (),
+        max_concurrency: int | None = None,
     ) -> CompiledGraph:
         """Check the graph and freeze it into a ``CompiledGraph``.
 
@@ -178,14 +201,19 @@ class StateGraph:
             on_error: ``"keep"`` (default) or ``"rewind"`` — what a failed run leaves behind (see ``TurnPolicy``).
             messages_key: the state key holding the chat history the safety rules apply to (None: no rules).
             node_scheduler: where to call every node that has no ``scheduler`` of its own (see ``add_node``).
+            interrupt_before: nodes the run stops before: it ends with an ``InterruptOutput`` and the thread's state
+                says the interrupt is pending, until ``stream(Command(resume=...), config)`` runs the node.
+            interrupt_after: nodes the run stops after, once their superstep's checkpoint is written.
+            max_concurrency: the most tasks of one superstep that run at the same time (None: all of them).
 
         Returns:
             The compiled graph.
 
         Raises:
-            GraphValidationError: the graph is malformed (an unknown node in an edge, no edge from START, a node
-                with no way out, several ways out of one node), naming the problem.
-            InvalidArgumentError: a policy that is not one of its choices, or an empty ``messages_key``.
+            GraphValidationError: the graph is malformed (an unknown node in an edge or a join, no edge from START, a
+                node with no way out), or an interrupt names an unknown node, naming the problem.
+            InvalidArgumentError: a policy that is not one of its choices, an empty ``messages_key``, or a
+                ``max_concurrency`` below 1.
             InvalidTypeError: ``checkpointer`` is not a ``CheckpointSaver``.
         """
         if checkpointer is not None and not isinstance(checkpointer, CheckpointSaver):
@@ -197,6 +225,12 @@ class StateGraph:
                 f"messages_key must be a non-empty string or None, got {messages_key!r}", argument="messages_key"
             )
         check_scheduler(node_scheduler, argument="node_scheduler")
+        if max_concurrency is not None and (type(max_concurrency) is not int or max_concurrency < 1):
+            raise InvalidArgumentError(
+                f"max_concurrency must be an int >= 1 or None, got {max_concurrency!r}", argument="max_concurrency"
+            )
+        before = self._interrupt_nodes(interrupt_before, "interrupt_before")
+        after = self._interrupt_nodes(interrupt_after, "interrupt_after")
         turns = (policy or TurnPolicy()).with_overrides(
             on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask, on_error=on_error
         )
@@ -213,16 +247,37 @@ class StateGraph:
             checkpointer=checkpointer,
             policy=turns,
             messages_key=messages_key,
+            joins=tuple(self._joins),
+            interrupt_before=before,
+            interrupt_after=after,
+            max_concurrency=max_concurrency,
         )
         return CompiledGraph(spec)
 
-    def _validate(self) -> dict[str, Branch]:
+    def _interrupt_nodes(self, names: Collection[str], argument: str) -> frozenset[str]:
+        if isinstance(names, str):
+            raise GraphValidationError(f"{argument} takes a list of node names, not a string: [{names!r}]", node=names)
+        unknown = sorted(str(name) for name in names if name not in self._nodes)
+        if unknown:
+            raise GraphValidationError(
+                f"{argument} names unknown node(s) {unknown}; nodes: {sorted(self._nodes)}", node=unknown[0]
+            )
+        return frozenset(names)
+
+    def _validate(self) -> dict[str, tuple[Branch, ...]]:
         nodes = self._nodes
         if not nodes:
             raise GraphValidationError("the graph has no nodes; add one with add_node() and an edge from START")
         sources = set(nodes) | {START}
         targets = set(nodes) | {END}
-        branches: dict[str, Branch] = {}
+        branches: dict[str, list[Branch]] = {}
+
+        def check_target(source: str, target: str) -> None:
+            if target not in targets:
+                what = "START cannot be a target" if target == START else f"unknown node {target!r}"
+                raise GraphValidationError(
+                    f"edge {source!r} -> {target!r}: {what}; nodes: {sorted(nodes)}", node=source
+                )
 
         def claim(branch: Branch) -> None:
             if branch.source not in sources:
@@ -230,29 +285,29 @@ class StateGraph:
                 raise GraphValidationError(
                     f"edge from {branch.source!r}: {what}; nodes: {sorted(nodes)}", node=branch.source
                 )
-            if branch.source in branches:
-                raise GraphValidationError(
-                    f"{branch.source!r} has more than one way out (several edges, or an edge and a route); "
-                    "a node leads to one node, or to a route that picks one",
-                    node=branch.source,
-                )
             for target in branch.targets() or ():
-                if target not in targets:
-                    what = "START cannot be a target" if target == START else f"unknown node {target!r}"
-                    raise GraphValidationError(
-                        f"edge {branch.source!r} -> {target!r}: {what}; nodes: {sorted(nodes)}", node=branch.source
-                    )
-            branches[branch.source] = branch
+                check_target(branch.source, target)
+            branches.setdefault(branch.source, []).append(branch)
 
-        for source, target in self._edges:
+        for source, target in dict.fromkeys(self._edges):  # the same edge twice is one edge
             claim(Branch(source, target=target))
         for branch in self._conditional:
             claim(branch)
+        for join in self._joins:
+            for source in join.sources:
+                if source not in nodes:
+                    raise GraphValidationError(
+                        f"join {list(join.sources)} -> {join.target!r}: {source!r} is not a node; nodes: "
+                        f"{sorted(nodes)}",
+                        node=source,
+                    )
+            check_target(str(join.sources), join.target)
         if START not in branches:
             raise GraphValidationError("no edge from START: add add_edge(START, <first node>)", node=START)
-        dead_ends = sorted(set(nodes) - set(branches))
+        joined = {source for join in self._joins for source in join.sources}
+        dead_ends = sorted(set(nodes) - set(branches) - joined)
         if dead_ends:
             raise GraphValidationError(
                 f"node(s) {dead_ends} have no outgoing edge; add an edge to the next node or to END", node=dead_ends[0]
             )
-        return branches
+        return {source: tuple(ways) for source, ways in branches.items()}

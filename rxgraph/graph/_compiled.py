@@ -31,6 +31,7 @@ from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
+from ._interrupt import Command, names_of, pending_of, tasks_of
 from ._outputs import RunOutput, StateSnapshot
 from ._run import Run
 from ._slots import slots_for
@@ -68,17 +69,19 @@ class CompiledGraph:
     # -- running -----------------------------------------------------------------------------------------------
 
     def stream(
-        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
     ) -> Observable[RunOutput]:
         """A cold Observable of one run's outputs; nothing runs and nothing is read until it is subscribed.
 
         Each subscription is a run: it holds the thread (see ``multitask``), reads its base when it starts, merges
-        ``input`` into the state with the key strategies and starts at ``START`` — or, with ``input=None``,
-        continues from the base checkpoint's ``next`` node (resuming a run that stopped early). It emits a
-        ``StreamingOutput`` per chunk a node streams and a ``NodeOutput`` per node that finished.
+        ``input`` into the state with the key strategies and starts at ``START`` — or, with ``input=None`` or a
+        ``Command``, continues from the base checkpoint's ``next`` superstep (resuming a run that stopped early, or
+        answering its pending interrupt). It emits a ``StreamingOutput`` per chunk a node streams, a ``NodeOutput``
+        per node that finished, and, when the run stops for a human, an ``InterruptOutput`` last.
 
         Args:
-            input: the state keys this turn brings (a mapping), or None to resume.
+            input: the state keys this turn brings (a mapping), a ``Command(resume=...)`` answering the thread's
+                pending interrupt, or None to resume.
             config: the thread, scheduler and limits of the run.
 
         Raises:
@@ -87,7 +90,9 @@ class CompiledGraph:
         """
         return self._stream(input, config, None)
 
-    def invoke(self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None) -> dict[str, Any]:
+    def invoke(
+        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
+    ) -> dict[str, Any]:
         """Run to the end and return the final state's values.
 
         Blocks the calling thread until the run ends (also when nodes run on other threads); with a virtual-time
@@ -131,7 +136,7 @@ class CompiledGraph:
         return dict(final[0])
 
     def astream(
-        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
     ) -> AsyncIterator[RunOutput]:
         """The run's outputs as an async iterator, for asyncio code: ``async for output in graph.astream(...)``.
 
@@ -150,7 +155,7 @@ class CompiledGraph:
         return to_async_iterator(self._stream(input, self._off_the_loop(config), None))
 
     async def ainvoke(
-        self, input: Mapping[str, Any] | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
     ) -> dict[str, Any]:
         """``invoke`` for asyncio code: await the run's end, off the event loop (see ``astream``), and return the
         final state's values. Cancelling the awaiting task cancels (and rewinds) the run.
@@ -171,7 +176,7 @@ class CompiledGraph:
 
     def _stream(
         self,
-        input: Mapping[str, Any] | None,
+        input: Mapping[str, Any] | Command | None,
         config: RunnableConfig | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None,
         *,
@@ -180,7 +185,13 @@ class CompiledGraph:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
         # subscription runs with.
-        frozen_input = None if input is None else dict(freeze(dict(input))) if isinstance(input, Mapping) else input
+        frozen_input = (
+            None
+            if input is None
+            else dict(freeze(dict(input)))
+            if isinstance(input, Mapping)
+            else input  # a Command (kept as it is), or something the run refuses with InvalidTypeError
+        )
         spec = self._spec
 
         def _subscribe(
@@ -270,7 +281,8 @@ class CompiledGraph:
 
         The base is the head, or ``config.checkpoint_id`` to fork from an older checkpoint. With ``as_node`` the
         update counts as that node's output: the graph's edge out of ``as_node`` decides the checkpoint's ``next``
-        (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's. The new checkpoint
+        (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's, and so does an interrupt it
+        waits on (edit the state, then resume with ``Command``). The new checkpoint
         records whether its history is safe, like any other.
 
         Args:
@@ -302,8 +314,13 @@ class CompiledGraph:
             writer.start(BaseChoice(choice.head, choice.base, rewind_to=None))
             base = choice.base
             state = spec.schema.merge(base.values if base is not None else {}, values, origin="update_state")
-            next_nodes = spec.route(as_node, state)[1] if as_node is not None else base.next if base else ()
-            written = writer.commit(state, node=as_node, next_nodes=next_nodes, source="update")
+            if as_node is not None:
+                _, joins, _ = tasks_of(base.next, base.pending) if base is not None else ((), {}, None)
+                tasks, joins = spec.advance((as_node,), state, joins)
+                next_nodes, pending = names_of(tasks), pending_of(tasks, joins, None)  # type: tuple[str, ...], Mapping[str, Any] | None
+            else:  # the base's next superstep (and an interrupt it waits on) stays
+                next_nodes, pending = (base.next, base.pending) if base is not None else ((), None)
+            written = writer.commit(state, node=as_node, next_nodes=next_nodes, source="update", pending=pending)
             assert written is not None  # a fresh writer is never cancelled
             return _snapshot(written)
         finally:

@@ -17,8 +17,9 @@ from reactivex.disposable import Disposable
 from reactivex.scheduler import TimeoutScheduler
 
 from .._arguments import check_scheduler
-from ..errors import InvalidTypeError, InvalidUpdateError
+from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
+from ._interrupt import current_resumes, enter_scope, leave_scope
 from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
 from ._run_info import RunInfo
 
@@ -157,8 +158,9 @@ class NodeSpec:
         """
         if self.retry is None and self.timeout is None:
             return self._call(state, config, run)
+        # Every attempt calls the action afresh: in an interrupt() scope of its own, with this call's answers.
         return run_attempts(
-            functools.partial(self._attempt, state, config, run),
+            functools.partial(self._attempt_in_scope, current_resumes(), state, config, run),
             node=self.name,
             retry=self.retry,
             timeout=self.timeout,
@@ -166,8 +168,14 @@ class NodeSpec:
             caller=self.scheduler,
         )
 
-    def _attempt(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> abc.ObservableBase[Any]:
-        return _as_chunks(self.name, self._call(state, config, run), run)
+    def _attempt_in_scope(
+        self, resumes: tuple[Any, ...], state: Mapping[str, Any], config: RunnableConfig, run: RunInfo
+    ) -> abc.ObservableBase[Any]:
+        token = enter_scope(resumes)
+        try:
+            return _as_chunks(self.name, self._call(state, config, run), run)
+        finally:
+            leave_scope(token)
 
     def _call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
         if self.run_info is None:
@@ -245,6 +253,8 @@ def _as_chunks(name: str, result: Any, run: RunInfo) -> abc.ObservableBase[Any]:
     awaitable awaited on the run's loop and then taken the same way."""
     if result is None or isinstance(result, Mapping):
         return _emit_one(_ReturnedUpdate(result))
+    if isinstance(result, NodeInterrupt):
+        raise result  # the attempt stops the run (never retried: see RetryPolicy.retries)
     # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
     if isinstance(result, abc.ObservableBase):
         return result

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..checkpoint._base import Checkpoint
 
-__all__ = ["NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput"]
+from ._interrupt import PendingInterrupt
+
+__all__ = ["InterruptOutput", "NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput"]
 
 
 class RunOutput:
@@ -97,6 +99,39 @@ class StreamingOutput(RunOutput):
         return f"StreamingOutput(node={self._node!r}, chunk={self._chunk!r})"
 
 
+class InterruptOutput(RunOutput):
+    """The run stopped for a human: the last output of an interrupted run (which then completes).
+
+    ``interrupt`` says where (``node``, ``when``) and what the node asked (``value``); ``state`` is the state the
+    thread keeps for the resume. Resume with ``stream(Command(resume=answer), config)``.
+    """
+
+    __slots__ = ("_interrupt",)
+    __match_args__ = ("node", "state", "interrupt")
+
+    _interrupt: PendingInterrupt
+
+    def __init__(self, node: str, state: Mapping[str, Any], interrupt: PendingInterrupt) -> None:
+        self._node = node
+        self._state = state
+        self._interrupt = interrupt
+
+    @property
+    def interrupt(self) -> PendingInterrupt:
+        return self._interrupt
+
+    @property
+    def value(self) -> Any:
+        """What the node asked (``interrupt.value``)."""
+        return self._interrupt.value
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self._node, self._state, self._interrupt)
+
+    def __repr__(self) -> str:
+        return f"InterruptOutput(node={self._node!r}, interrupt={self._interrupt!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class StateSnapshot:
     """A thread's state at one checkpoint. For a thread with no checkpoint, ``values`` is empty and the rest None."""
@@ -112,3 +147,10 @@ class StateSnapshot:
     @property
     def parent_id(self) -> str | None:
         return self.checkpoint.parent_id if self.checkpoint is not None else None
+
+    @property
+    def interrupt(self) -> PendingInterrupt | None:
+        """The interrupt the thread waits on at this checkpoint, if one (resume it with ``Command``)."""
+        pending = self.checkpoint.pending if self.checkpoint is not None else None
+        stored = pending.get("interrupt") if pending else None
+        return PendingInterrupt.from_pending(stored) if stored is not None else None

@@ -32,6 +32,7 @@ from ..errors import (
     InvalidArgumentError,
     InvalidTypeError,
     ModelAPIError,
+    NodeInterrupt,
     NodeTimeoutError,
     RxGraphError,
 )
@@ -122,7 +123,10 @@ class RetryPolicy:
         return min(wait, self.max_backoff)
 
     def retries(self, error: Exception) -> bool:
-        """Whether ``retry_on`` says ``error`` is worth another attempt (whether one is left aside)."""
+        """Whether ``retry_on`` says ``error`` is worth another attempt (whether one is left aside). A node's
+        ``interrupt()`` never is: it is a stop for a human, not a failure."""
+        if isinstance(error, NodeInterrupt):
+            return False
         retry_on = self.retry_on
         if isinstance(retry_on, type | tuple):
             return isinstance(error, retry_on)

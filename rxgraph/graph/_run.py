@@ -48,6 +48,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 from reactivex.scheduler import CurrentThreadScheduler
 
+from .._frozen import freeze
 from .._log import log
 from ..errors import (
     CheckpointConflictError,
@@ -55,6 +56,7 @@ from ..errors import (
     InvalidArgumentError,
     InvalidTypeError,
     InvalidUpdateError,
+    NodeInterrupt,
     RunInterruptedError,
     ThreadBusyError,
     ThreadNotFoundError,
@@ -64,9 +66,19 @@ from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler, 
 from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
-from ._constants import END, START
+from ._constants import START
+from ._edges import JoinProgress, Send, Task, task_node
+from ._interrupt import (
+    Command,
+    PendingInterrupt,
+    enter_scope,
+    leave_scope,
+    names_of,
+    pending_of,
+    tasks_of,
+)
 from ._node import NodeSpec
-from ._outputs import NodeOutput, RunOutput, StreamingOutput
+from ._outputs import InterruptOutput, NodeOutput, RunOutput, StreamingOutput
 from ._run_info import RunInfo
 from ._slots import RunSlots, slots_for
 from ._spec import GraphSpec
@@ -95,6 +107,8 @@ class _Step:
         "_name",
         "busy",
         "chunks",
+        "group",
+        "index",
         "lock",
         "node",
         "pending",
@@ -120,6 +134,8 @@ class _Step:
         self.busy = False  # a chunk is being handed to the subscriber right now (see Run.interrupt)
         self.pending = False  # an interrupt left its error for this emitter to deliver
         self.updates: tuple[Mapping[str, Any] | None, ...] | None = None  # a late result that was an update
+        self.group: _Superstep | None = None  # the superstep this step is a branch of, if it runs in parallel
+        self.index = 0  # its task's index in the superstep
 
     def on_next(self, value: Any) -> None:
         # `busy` is set before `stopped` is read and cleared before `pending` is read: see Run.interrupt.
@@ -143,7 +159,10 @@ class _Step:
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
             self.stopped = True
-            self.run.fail(error)
+            if isinstance(error, NodeInterrupt):
+                self.run.interrupted(error, self.index, self._name)
+            else:
+                self.run.fail(error)
 
     def on_completed(self) -> None:
         if not self.stopped:
@@ -170,6 +189,8 @@ class _Late:
             return
         if result is None or isinstance(result, Mapping):
             step.updates = (result,)
+        elif isinstance(result, NodeInterrupt):
+            step.on_error(result)
         elif isinstance(result, abc.ObservableBase):
             self.streaming = True
             self.inner.disposable = subscribe_source(
@@ -218,6 +239,147 @@ def _called_on(scheduler: abc.SchedulerBase, call: Callable[[], Any]) -> Observa
     return Observable(_subscribe)
 
 
+def _has_send(tasks: tuple[Task, ...]) -> bool:
+    return any(type(task) is Send for task in tasks)
+
+
+class _Superstep:
+    """The branches of one parallel superstep: starts them (at most ``max_concurrency`` at a time, in task order),
+    serialises their chunks to the subscriber, keeps each one's update, and hands the superstep to its tail once the
+    last one finished. An error in one ends the run, which disposes the others (they are all in ``disposables``)."""
+
+    __slots__ = (
+        "active",
+        "disposables",
+        "emit_lock",
+        "limit",
+        "lock",
+        "phase",
+        "pumping",
+        "remaining",
+        "results",
+        "run",
+        "started",
+        "state_view",
+        "steps",
+        "tasks",
+    )
+
+    def __init__(self, run: Run, tasks: tuple[Task, ...]) -> None:
+        self.run = run
+        self.tasks = tasks
+        self.state_view = MappingProxyType(run.state)
+        self.results: list[Any] = [None] * len(tasks)
+        self.steps: list[_Step] = []
+        self.disposables = CompositeDisposable()
+        self.lock = threading.Lock()
+        self.emit_lock = threading.RLock()
+        self.limit = run.spec.max_concurrency or len(tasks)
+        self.phase = _SUBSCRIBING
+        self.remaining = len(tasks)
+        self.started = 0
+        self.active = 0
+        self.pumping = False
+
+    def emit(self, value: RunOutput) -> None:
+        with self.emit_lock:  # branches stream from several threads; a subscriber gets one event at a time
+            self.run.observer.on_next(value)
+
+    def pump(self) -> None:
+        """Start branches while the concurrency bound allows. One thread pumps at a time: a branch that finishes
+        while another thread pumps leaves the next start to it (the check and the hand-off share the lock)."""
+        with self.lock:
+            if self.pumping:
+                return
+            self.pumping = True
+        while True:
+            with self.lock:
+                if self.run.disposed or self.started >= len(self.tasks) or self.active >= self.limit:
+                    self.pumping = False
+                    return
+                index = self.started
+                self.started += 1
+                self.active += 1
+            self._start(index)
+
+    def _start(self, index: int) -> None:
+        run = self.run
+        task = self.tasks[index]
+        name = task_node(task)
+        node = run.spec.nodes[name]
+        view: Any = self.state_view if type(task) is str else freeze(task.arg)  # type: ignore[union-attr]
+        step = _Step(run, node, view)
+        step.group = self
+        step.index = index
+        step._emit = self.emit
+        self.steps.append(step)
+        if node.scheduler is not None:
+            source: Any = _called_on(node.scheduler, functools.partial(run._call, node, view, index))
+            late = True
+        else:
+            try:
+                result = run._call(node, view, index)
+            except Exception as error:
+                step.on_error(error)
+                return
+            if result is None or isinstance(result, Mapping):
+                step.updates = (result,)
+                step.on_completed()
+                return
+            late = not isinstance(result, abc.ObservableBase)
+            if late and inspect.isawaitable(result):
+                result = from_awaitable(result, run.info.loop)
+            elif late:
+                step.on_error(result if isinstance(result, NodeInterrupt) else _not_a_result(name, result))
+                return
+            source = result
+        if run.disposed:
+            return
+        if late:
+            resolver = _Late(run, step)
+            self.disposables.add(resolver.inner)
+            self.disposables.add(subscribe_source(source, resolver.on_next, step.on_error, resolver.on_completed, None))
+        else:
+            self.disposables.add(
+                subscribe_source(source, step.on_next, step.on_error, step.on_completed, run.scheduler)
+            )
+
+    def branch_done(self, step: _Step) -> None:
+        try:
+            updates = (
+                step.updates
+                if step.updates is not None
+                else step.node.updates_from_chunks(step.chunks, step.state_view)
+            )
+        except Exception as error:
+            self.run.fail(error)
+            return
+        with self.lock:
+            self.results[step.index] = updates
+            self.remaining -= 1
+            self.active -= 1
+            done = self.remaining == 0
+            more = not done and not self.pumping
+            if done and self.phase == _SUBSCRIBING:
+                self.phase = _COMPLETED_WHILE_SUBSCRIBING  # the drive loop that started it takes it from here
+                return
+        if more:
+            self.pump()
+        elif done:
+            self.run.superstep_completed(self)
+
+    def stop(self) -> None:
+        for step in list(self.steps):
+            step.stopped = True
+
+    def busy(self) -> bool:
+        return any(step.busy for step in list(self.steps))
+
+    def mark_pending(self) -> None:
+        for step in list(self.steps):
+            step.pending = True
+
+
 class Run:
     """One run of a compiled graph for one subscriber, from its subscription to its end. Created per subscription
     by ``CompiledGraph.stream``, which wires ``cancel`` with ``do_on_cancel`` and ``finished`` with ``do_finally``."""
@@ -234,25 +396,30 @@ class Run:
         "emitting",
         "ending",
         "ending_thread",
-        "failed_node",
+        "group",
         "info",
         "input",
-        "next_node",
+        "interrupt_at",
+        "joins",
+        "next",
         "observer",
         "on_final_state",
         "pending",
+        "resume",
+        "resuming",
         "scheduler",
         "spec",
         "state",
         "step",
         "steps",
+        "tasks",
         "writer",
     )
 
     def __init__(
         self,
         spec: GraphSpec,
-        input: Mapping[str, Any] | None,
+        input: Mapping[str, Any] | Command | None,
         config: RunnableConfig,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -261,7 +428,8 @@ class Run:
         none); ``on_final_state`` is called with the final state right before ``on_completed``; ``loop`` is the
         event loop the run was subscribed from, if any (where its coroutines are awaited)."""
         self.spec = spec
-        self.input = input
+        self.resume: Command | None = input if isinstance(input, Command) else None
+        self.input = None if self.resume is not None else input
         self.config = config
         self.scheduler = config.scheduler
         self.on_final_state = on_final_state
@@ -272,13 +440,17 @@ class Run:
             context=config.context,
             loop_of=lambda: loop or loop_of_scheduler(config.scheduler) or background_loop(),
         )
-        self.failed_node: str | None = None  # the node a failure came from, if one
         self.observer: abc.ObserverBase[RunOutput] = _NO_OBSERVER
         self.disposed = False  # no step may start any more: cancelled, or the run ended
         self.state: dict[str, Any] = {}
-        self.next_node: str = END
+        self.next: tuple[Task, ...] = ()  # the tasks of the next superstep (none: the run is over)
+        self.tasks: tuple[Task, ...] = ()  # the tasks of the superstep running now (or that failed)
+        self.joins: JoinProgress = {}  # the joins waiting for more of their sources
+        self.interrupt_at: PendingInterrupt | None = None  # the run stops here (before or after a superstep)
+        self.resuming: PendingInterrupt | None = None  # the interrupt inside a node that this run answers
         self.steps = 0
         self.step: _Step | None = None
+        self.group: _Superstep | None = None  # the parallel superstep running now, if one
         self.current = SerialDisposable()  # the running step's stream
         self._end_lock = threading.Lock()
         self._ended = False  # the one way this run ended has been claimed
@@ -350,7 +522,8 @@ class Run:
         self._drive()
 
     def _begin(self) -> None:
-        """Read the base (now, at start time), merge the input, write the input checkpoint, route from START."""
+        """Read the base (now, at start time), merge the input, write the input checkpoint, route from START — or,
+        resuming (no input, or a ``Command``), take up the base checkpoint's pending superstep."""
         spec, writer, config = self.spec, self.writer, self.config
         base = None
         if writer.saver is not None and writer.thread_id is not None:
@@ -365,44 +538,110 @@ class Run:
             base = choice.base
         state: dict[str, Any] = dict(base.values) if base is not None else {}
         if self.input is None:
-            if writer.saver is None:
-                raise InvalidArgumentError(
-                    "stream(None) resumes a thread's run from its checkpoint: the graph needs a checkpointer "
-                    "(compile(checkpointer=...)) and the config a thread",
-                    argument="input",
-                )
-            if base is None:
-                raise ThreadNotFoundError(
-                    f"thread {writer.thread_id!r} has no checkpoint, so there is no run to resume; start it with "
-                    "input (stream(input, config))",
-                    thread_id=writer.thread_id or "",
-                )
-            # No input: continue where the base checkpoint said the run would go next (nothing left: done).
-            self.state = state
-            self.next_node = base.next[0] if base is not None and base.next else END
+            self._resume_from(base, state)
             return
         if not isinstance(self.input, Mapping):
             raise InvalidTypeError(
-                f"the input of a run must be a mapping of state keys (or None), got {type(self.input).__name__}",
+                f"the input of a run must be a mapping of state keys, a Command or None, got "
+                f"{type(self.input).__name__}",
                 argument="input",
             )
+        # New input: the turn starts at START; an interrupt the base was waiting on is left unanswered.
         state = spec.schema.merge(state, self.input, origin="input")
-        next_node, next_nodes = spec.route(START, state)
-        writer.commit(state, node=START, next_nodes=next_nodes, source="input")
+        tasks, joins = spec.advance((START,), state)
+        stop = self._stop_before(tasks)
+        writer.commit(
+            state, node=START, next_nodes=names_of(tasks), source="input", pending=pending_of(tasks, joins, stop)
+        )
         self.state = state
-        self.next_node = next_node
+        self.next, self.joins, self.interrupt_at = tasks, joins, stop
+
+    def _resume_from(self, base: Any, state: dict[str, Any]) -> None:
+        writer = self.writer
+        if writer.saver is None:
+            raise InvalidArgumentError(
+                "stream(None) or a Command resumes a thread's run from its checkpoint: the graph needs a "
+                "checkpointer (compile(checkpointer=...)) and the config a thread",
+                argument="input",
+            )
+        if base is None:
+            raise ThreadNotFoundError(
+                f"thread {writer.thread_id!r} has no checkpoint, so there is no run to resume; start it with "
+                "input (stream(input, config))",
+                thread_id=writer.thread_id or "",
+            )
+        # No input: continue where the base checkpoint said the run would go next (nothing left: done).
+        tasks, joins, waiting = tasks_of(base.next, base.pending)
+        if self.resume is not None and waiting is None:
+            raise InvalidArgumentError(
+                f"thread {writer.thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes "
+                "an interrupted run; start a turn with input instead",
+                argument="input",
+            )
+        self.state = state
+        self.next, self.joins = tasks, joins
+        if waiting is None:
+            return
+        if waiting.when == "inside":
+            answer = self.resume.resume if self.resume is not None else None
+            self.resuming = PendingInterrupt(
+                waiting.node, "inside", waiting.value, waiting.task, (*waiting.resumes, freeze(answer))
+            )
+        elif waiting.when == "after":
+            stop = self._stop_before(tasks)
+            if stop is not None:  # the next superstep has a stop before it too: record it, and stop there
+                writer.commit(
+                    state,
+                    node=None,
+                    next_nodes=names_of(tasks),
+                    source="interrupt",
+                    pending=pending_of(tasks, joins, stop),
+                )
+                self.interrupt_at = stop
+
+    def _stop_before(self, tasks: tuple[Task, ...]) -> PendingInterrupt | None:
+        before = self.spec.interrupt_before
+        if before:
+            for index, task in enumerate(tasks):
+                name = task_node(task)
+                if name in before:
+                    return PendingInterrupt(name, "before", task=index)
+        return None
+
+    def _stop_after(self, finished: tuple[str, ...], tasks: tuple[Task, ...]) -> PendingInterrupt | None:
+        after = self.spec.interrupt_after
+        if after:
+            for index, name in enumerate(finished):
+                if name in after:
+                    return PendingInterrupt(name, "after", task=index)
+        return self._stop_before(tasks)
+
+    def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
+        """Call a node's action inside its ``interrupt()`` scope (with its answers, when this run resumes it)."""
+        resuming = self.resuming
+        token = enter_scope(
+            resuming.resumes if resuming is not None and resuming.task == index and resuming.node == node.name else ()
+        )
+        try:
+            return node.call(state_view, self.config, self.info)
+        finally:
+            leave_scope(token)
 
     # -- stepping ----------------------------------------------------------------------------------------------
 
     def _drive(self) -> None:
-        """Run steps until one has to wait for an asynchronous completion, or the run ended."""
+        """Run supersteps until one has to wait for an asynchronous completion, or the run ended."""
         nodes = self.spec.nodes
         while not self.disposed:
-            name = self.next_node
-            if name == END:
+            if self.interrupt_at is not None:
+                self._stop(self.interrupt_at)
+                return
+            tasks = self.next
+            if not tasks:
                 self._complete()
                 return
             if self.steps >= self.config.recursion_limit:
+                name = task_node(tasks[0])
                 self.fail(
                     GraphRecursionError(
                         f"run {self.run_id} (thread {self.thread_id!r}) reached recursion_limit="
@@ -416,18 +655,22 @@ class Run:
                 )
                 return
             self.steps += 1
+            self.tasks = tasks
+            if len(tasks) != 1 or type(tasks[0]) is not str:
+                # Several tasks (or a Send): a parallel superstep.
+                if not self._superstep(tasks):
+                    return
+                continue
+            name = tasks[0]
             node = nodes[name]
-            self.failed_node = name
             state_view = MappingProxyType(self.state)
             if node.scheduler is not None:
                 # Blocking work: the action is called on the node's scheduler, and its result comes back later.
-                result: Any = _called_on(
-                    node.scheduler, functools.partial(node.call, state_view, self.config, self.info)
-                )
+                result: Any = _called_on(node.scheduler, functools.partial(self._call, node, state_view, 0))
                 late = True
             else:
                 try:
-                    result = node.call(state_view, self.config, self.info)
+                    result = self._call(node, state_view, 0)
                 except Exception as error:
                     self.fail(error)
                     return
@@ -441,7 +684,7 @@ class Run:
                 if late and inspect.isawaitable(result):
                     result = from_awaitable(result, self.info.loop)
                 elif late:
-                    self.fail(_not_a_result(name, result))
+                    self.fail(result if isinstance(result, NodeInterrupt) else _not_a_result(name, result))
                     return
             step = self.step = _Step(self, node, state_view)
             if self.disposed:
@@ -464,7 +707,82 @@ class Run:
             if not self._tail_of_stream(step):
                 return
 
+    def _superstep(self, tasks: tuple[Task, ...]) -> bool:
+        """Start every task of a parallel superstep; True when all of them finished synchronously and the drive
+        loop goes on (their tail ran), False when the run waits for them (or ended)."""
+        group = self.group = _Superstep(self, tasks)
+        self.step = None
+        self.current.disposable = group.disposables
+        group.pump()
+        with group.lock:
+            if group.phase != _COMPLETED_WHILE_SUBSCRIBING:
+                group.phase = _WAITING
+                return False
+        return self._superstep_tail(group)
+
+    def superstep_completed(self, group: _Superstep) -> None:
+        """Every branch of a superstep that had to wait finished (called on the thread of the last one)."""
+        elsewhere = self._elsewhere()
+        if elsewhere is not None:
+            elsewhere.schedule(lambda *_: None if self.disposed else self._after_superstep_here(group))
+            return
+        if self._superstep_tail(group):
+            self._continue()
+
+    def _after_superstep_here(self, group: _Superstep) -> None:
+        self._driver = threading.get_ident()
+        if self._superstep_tail(group):
+            self._continue()
+
+    def _superstep_tail(self, group: _Superstep) -> bool:
+        """Merge the branches' updates in task order, write one checkpoint, emit a NodeOutput per task, route."""
+        writer, spec = self.writer, self.spec
+        if self.disposed or writer.cancelled:
+            return False
+        try:
+            state = self.state
+            schema = spec.schema
+            owners: dict[str, str] = {}
+            for task, updates in zip(group.tasks, group.results, strict=True):
+                name = task_node(task)
+                for update in updates or ():
+                    if isinstance(update, Mapping):
+                        for key in update:
+                            owner = owners.setdefault(key, name) if not schema.has_reducer(key) else name
+                            if owner is not name:
+                                raise InvalidUpdateError(
+                                    f"nodes {owner!r} and {name!r} both wrote state key {key!r} in one superstep, "
+                                    "and it has no reducer to combine them; give the key a strategy (KeyStrategy."
+                                    "APPEND, MERGE or a function) or write it from one node",
+                                    node=name,
+                                )
+                    state = schema.merge(state, update, origin=f"node {name!r}", node=name)
+            finished = tuple(dict.fromkeys(task_node(task) for task in group.tasks))
+            tasks, joins = spec.advance(finished, state, self.joins)
+            stop = self._stop_after(finished, tasks)
+            checkpoint = writer.commit(
+                state,
+                node=",".join(finished),
+                next_nodes=names_of(tasks),
+                source="loop",
+                pending=pending_of(tasks, joins, stop),
+            )
+        except Exception as error:
+            self.fail(error)
+            return False
+        if checkpoint is None and writer.saver is not None:
+            return False  # cancelled under the write lock
+        self.state = state
+        self.next, self.joins, self.interrupt_at = tasks, joins, stop
+        self.group = None
+        view = MappingProxyType(state)
+        checkpoint_id = checkpoint.id if checkpoint is not None else None
+        return all(self._emit(NodeOutput(task_node(task), view, checkpoint_id=checkpoint_id)) for task in group.tasks)
+
     def step_completed(self, step: _Step) -> None:
+        if step.group is not None:
+            step.group.branch_done(step)
+            return
         with step.lock:
             if step.phase == _SUBSCRIBING:
                 # Completed synchronously inside subscribe(): the loop in _drive takes it from here, which keeps
@@ -537,20 +855,28 @@ class Run:
             state = self.state
             for update in updates:
                 state = spec.schema.merge(state, update, origin=f"node {node.name!r}", node=node.name)
-            next_node, next_nodes = spec.route(node.name, state)
-            checkpoint = writer.commit(state, node=node.name, next_nodes=next_nodes, source="loop")
+            finished = (node.name,)
+            tasks, joins = spec.advance(finished, state, self.joins)
+            stop = self._stop_after(finished, tasks) if spec.interrupt_after or spec.interrupt_before else None
+            checkpoint = writer.commit(
+                state,
+                node=node.name,
+                next_nodes=names_of(tasks),
+                source="loop",
+                pending=pending_of(tasks, joins, stop) if joins or stop or _has_send(tasks) else None,
+            )
         except Exception as error:
             self.fail(error)
             return False
         if checkpoint is None and writer.saver is not None:
             return False  # cancelled under the write lock
         self.state = state
-        self.next_node = next_node
+        self.next, self.joins, self.interrupt_at = tasks, joins, stop
         return self._emit(
             NodeOutput(node.name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
         )
 
-    def _emit(self, output: NodeOutput) -> bool:
+    def _emit(self, output: RunOutput) -> bool:
         """Hand an output to the subscriber unless the run was cancelled; False when the run must stop."""
         self.emitting = True  # before the flags are read: see interrupt()
         if self.writer.cancelled:
@@ -588,8 +914,73 @@ class Run:
             self.on_final_state(MappingProxyType(self.state))
         self.observer.on_completed()
 
+    def _stop(self, stop: PendingInterrupt) -> None:
+        """The run reached an ``interrupt_before`` / ``interrupt_after`` stop (its checkpoint is written): say so,
+        and end as a completed run."""
+        if self._emit(InterruptOutput(stop.node, MappingProxyType(self.state), stop)):
+            self._complete()
+
+    def interrupted(self, error: NodeInterrupt, index: int, node: str) -> None:
+        """A node called ``interrupt(value)``: stop the superstep (its other branches are disposed), write the state
+        before it with the interrupt pending, tell the subscriber, and end as a completed run."""
+        resuming = self.resuming
+        answered = resuming.resumes[: error.index] if resuming is not None and resuming.task == index else ()
+        stop = PendingInterrupt(node, "inside", error.value, index, answered)
+        self.disposed = True
+        if not self._claim_end():
+            return
+        group = self.group
+        if group is not None:
+            group.stop()
+        elif self.step is not None:
+            self.step.stopped = True
+        self.current.dispose()
+        writer = self.writer
+        try:
+            checkpoint = writer.commit(
+                self.state,
+                node=None,
+                next_nodes=names_of(self.tasks),
+                source="interrupt",
+                pending=pending_of(self.tasks, self.joins, stop),
+            )
+        except Exception as failure:
+            self._begin_ending()
+            try:
+                self._record_failure(failure)
+            finally:
+                self._release()
+            self.observer.on_error(failure)
+            return
+        if checkpoint is None and writer.saver is not None:
+            self._end_abnormally()  # cancelled meanwhile: the turn is undone like any cancelled one
+            return
+        output = InterruptOutput(node, MappingProxyType(self.state), stop)
+        try:
+            if group is not None:
+                group.emit(output)
+            else:
+                self.observer.on_next(output)
+        except Exception as failure:
+            self.subscriber_failed_after_end(failure)
+            return
+        self._release()
+        if self.on_final_state is not None:
+            self.on_final_state(MappingProxyType(self.state))
+        self.observer.on_completed()
+
+    def subscriber_failed_after_end(self, error: Exception) -> None:
+        """The subscriber's ``on_next`` raised on the run's last output, after its end was claimed: undo the turn as
+        for any subscriber failure, and tell it."""
+        self.writer.mark_cancelled()
+        self._end_abnormally()
+        self.observer.on_error(error)
+
     def fail(self, error: Exception) -> None:
         """A node, the tail or the base read failed: end the run with ``error``, after the error policy's cleanup."""
+        if isinstance(error, NodeInterrupt):
+            self.interrupted(error, 0, task_node(self.tasks[0]) if self.tasks else START)
+            return
         self.disposed = True
         if not self._claim_end():
             return
@@ -609,6 +1000,9 @@ class Run:
         step = self.step
         if step is not None:
             step.stopped = True
+        group = self.group
+        if group is not None:
+            group.stop()
 
     def _dispose(self) -> None:
         self.disposed = True
@@ -657,7 +1051,10 @@ class Run:
         step = self.step
         if step is not None:
             step.pending = True
-        if not self.emitting and (step is None or not step.busy):
+        group = self.group
+        if group is not None:
+            group.mark_pending()
+        if not self.emitting and (step is None or not step.busy) and (group is None or not group.busy()):
             self.deliver_pending()
 
     def deliver_pending(self) -> None:
@@ -694,6 +1091,8 @@ class Run:
         step = self.step
         if step is not None:
             step.stopped = True
+        if self.group is not None:
+            self.group.stop()
         self.current.dispose()  # a stream still running (the failure came from the tail, say) stops too
         if not writer.started:
             return  # it failed before it read the thread: nothing to undo or to record
@@ -702,8 +1101,10 @@ class Run:
             if self.spec.policy.on_error == "rewind":
                 writer.rewind(error=text)
             else:
-                failed = self.failed_node
-                writer.record_error(text, next_nodes=(failed,) if failed is not None else ())
+                # A resume (stream(None)) runs the failed superstep again, whole.
+                writer.record_error(
+                    text, next_nodes=names_of(self.tasks), pending=pending_of(self.tasks, self.joins, None)
+                )
         except CheckpointConflictError as conflict:
             log.info(
                 "thread %r: run %s failed (%s); another writer moved the head to %s since, which stays",

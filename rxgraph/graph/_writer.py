@@ -85,7 +85,13 @@ class ThreadWriter:
         self.cancelled = True
 
     def commit(
-        self, values: dict[str, Any], *, node: str | None, next_nodes: tuple[str, ...], source: CheckpointSource
+        self,
+        values: dict[str, Any],
+        *,
+        node: str | None,
+        next_nodes: tuple[str, ...],
+        source: CheckpointSource,
+        pending: Mapping[str, Any] | None = None,
     ) -> Checkpoint | None:
         """Write ``values`` as the thread's new head, unless the run was cancelled. ``None`` when skipped.
 
@@ -111,14 +117,16 @@ class ThreadWriter:
                 safe=safe,
                 unsafe_reason=unsafe_reason,
                 rolled_back_from=self._rolled_back_from if not self.wrote else None,
+                pending=pending,
             )
 
     def rewind(self, *, error: str | None = None) -> Checkpoint | None:
         """After a cancel (or a failure, whose ``error`` it records): put the thread back to its state before the
         run, as the run's last writer.
 
-        Writes a *new* head (source ``rewind``) whose values are the rewind target's — the same objects, so a saver
-        stores it in O(keys) — or an empty state for a first-ever turn. Returns None when there is nothing to undo
+        Writes a *new* head (source ``rewind``) whose values, ``next`` and pending work are the rewind target's — the
+        same objects, so a saver stores it in O(keys); a resumed interrupt that is cut is pending again — or an
+        empty state for a first-ever turn. Returns None when there is nothing to undo
         and no error to record.
 
         Raises:
@@ -134,18 +142,22 @@ class ThreadWriter:
             return self._write(
                 target.values if target is not None else _EMPTY,
                 node=None,
-                next_nodes=(),
+                next_nodes=target.next if target is not None else (),  # what it would run next: an interrupt's node
                 source="rewind",
                 parent_id=target.id if target is not None else None,
                 safe=target.safe if target is not None else True,
                 unsafe_reason=target.unsafe_reason if target is not None else None,
                 rolled_back_from=None,
                 error=error,
+                pending=target.pending if target is not None else None,  # an interrupt it waited on waits again
             )
 
-    def record_error(self, error: str, *, next_nodes: tuple[str, ...]) -> Checkpoint | None:
+    def record_error(
+        self, error: str, *, next_nodes: tuple[str, ...], pending: Mapping[str, Any] | None = None
+    ) -> Checkpoint | None:
         """After a failure that keeps what the run wrote: a new head with the same state (source ``error``) that
-        records ``error`` and sends a resume (``stream(None, ...)``) to ``next_nodes`` — the failed node.
+        records ``error`` and sends a resume (``stream(None, ...)``) to ``next_nodes`` — the failed superstep's
+        nodes (``pending``: its ``Send`` payloads and the joins' progress before it).
 
         Raises:
             CheckpointConflictError: another writer moved the head since this run's last write.
@@ -164,6 +176,7 @@ class ThreadWriter:
                 unsafe_reason=head.unsafe_reason,
                 rolled_back_from=None,
                 error=error,
+                pending=pending,
             )
 
     def close(self) -> None:
@@ -183,6 +196,7 @@ class ThreadWriter:
         unsafe_reason: str | None,
         rolled_back_from: str | None,
         error: str | None = None,
+        pending: Mapping[str, Any] | None = None,
     ) -> Checkpoint:
         """The compare-and-set every write goes through (the caller holds the lock)."""
         saver, thread_id, head = self.saver, self.thread_id, self.head
@@ -201,6 +215,7 @@ class ThreadWriter:
             unsafe_reason=unsafe_reason,
             rolled_back_from=rolled_back_from,
             error=error,
+            pending=pending,
         )
         saver.put(checkpoint, expected_head=head.id if head is not None else None)
         self.head = checkpoint

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rxgraph import END, START, GraphValidationError, InvalidArgumentError, StateGraph
+from rxgraph import END, START, GraphValidationError, InvalidArgumentError, KeyStrategy, StateGraph
 
 
 def _noop(state: Any) -> None:
@@ -62,18 +62,39 @@ def test_empty_name_and_empty_graph() -> None:
         StateGraph().compile()
 
 
-def test_two_ways_out_of_one_node() -> None:
+def test_two_ways_out_of_one_node_run_both_and_end_adds_nothing() -> None:
     graph = (
-        StateGraph()
-        .add_node("a", _noop)
-        .add_node("b", _noop)
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("a", lambda s: {"log": "a"})
+        .add_node("b", lambda s: {"log": "b"})
         .add_edge(START, "a")
         .add_edge("a", "b")
         .add_edge("a", END)
     )
     graph.add_edge("b", END)
-    with pytest.raises(GraphValidationError, match="'a' has more than one way out"):
-        graph.compile()
+    assert graph.compile().invoke({})["log"] == ["a", "b"]
+
+
+def test_joins_and_interrupts_name_nodes_that_exist() -> None:
+    def base() -> StateGraph:
+        return StateGraph().add_node("a", _noop).add_node("b", _noop).add_edge(START, "a").add_edge("a", "b")
+
+    with pytest.raises(GraphValidationError, match="join \\['a', 'x'\\] -> 'b': 'x' is not a node"):
+        base().add_edge(["a", "x"], "b").compile()
+    with pytest.raises(GraphValidationError, match="unknown node 'y'"):
+        base().add_edge(["a", "b"], "y").compile()
+    with pytest.raises(GraphValidationError, match="distinct source nodes"):
+        base().add_edge(["a", "a"], "b")
+    with pytest.raises(GraphValidationError, match="distinct source nodes"):
+        base().add_edge([], "b")
+    with pytest.raises(GraphValidationError, match=r"interrupt_before names unknown node\(s\) \['z'\]"):
+        base().add_edge("b", END).compile(interrupt_before=["z"])
+    with pytest.raises(GraphValidationError, match="not a string"):
+        base().add_edge("b", END).compile(interrupt_after="b")
+    with pytest.raises(InvalidArgumentError, match="max_concurrency must be an int >= 1"):
+        base().add_edge("b", END).compile(max_concurrency=0)
+    # a join source needs no edge of its own: the join is its way out
+    assert base().add_edge(["a", "b"], END).compile().invoke({}) == {}
 
 
 def test_edges_from_end_and_into_start() -> None:

@@ -1,0 +1,166 @@
+"""Human in the loop: ``interrupt(value)`` in a node, ``Command(resume=...)`` to go on, and the pending work a
+checkpoint keeps for it (the interrupt, ``Send`` payloads, join progress)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._frozen import freeze
+from ..errors import InvalidArgumentError, NodeInterrupt
+from ._edges import JoinProgress, Send, Task, task_node
+
+__all__ = [
+    "Command",
+    "InterruptWhen",
+    "PendingInterrupt",
+    "current_resumes",
+    "enter_scope",
+    "interrupt",
+    "leave_scope",
+    "names_of",
+    "pending_of",
+    "tasks_of",
+]
+
+InterruptWhen = Literal["before", "after", "inside"]
+"""Where a run stopped: before a node (``interrupt_before``), after one (``interrupt_after``), or inside one that
+called ``interrupt(value)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What ``stream`` takes, in place of input, to resume an interrupted thread.
+
+    ``resume`` is the answer to the pending interrupt: inside a node that called ``interrupt(value)``, that call
+    returns it when the node runs again. For a stop before or after a node (``interrupt_before`` /
+    ``interrupt_after``) the run just goes on, and ``resume`` is not used.
+    """
+
+    resume: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """An interrupt the thread waits on (``StateSnapshot.interrupt``, ``InterruptOutput``).
+
+    ``node`` is the node it is about, ``when`` where the run stopped, ``value`` what the node asked (None for a stop
+    before or after a node), ``task`` the index of the node's task in its superstep, and ``resumes`` the answers it
+    was given so far (a node that calls ``interrupt()`` several times gets them back in order).
+    """
+
+    node: str
+    when: InterruptWhen
+    value: Any = None
+    task: int = 0
+    resumes: tuple[Any, ...] = ()
+
+    def to_pending(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "when": self.when,
+            "value": self.value,
+            "task": self.task,
+            "resumes": list(self.resumes),
+        }
+
+    @classmethod
+    def from_pending(cls, stored: Mapping[str, Any]) -> PendingInterrupt:
+        return cls(
+            node=stored["node"],
+            when=stored["when"],
+            value=stored.get("value"),
+            task=int(stored.get("task", 0)),
+            resumes=tuple(stored.get("resumes", ())),
+        )
+
+
+class _Scope:
+    """The ``interrupt()`` calls of one node call: which answers it has, and how many it used."""
+
+    __slots__ = ("resumes", "used")
+
+    def __init__(self, resumes: Sequence[Any] = ()) -> None:
+        self.resumes = tuple(resumes)
+        self.used = 0
+
+
+_scope: ContextVar[_Scope | None] = ContextVar("rxgraph_interrupt_scope", default=None)
+
+
+def interrupt(value: Any = None) -> Any:
+    """Stop the run here and ask for ``value``'s answer; when the run is resumed with ``Command(resume=answer)``,
+    the node runs again from its start and this call returns ``answer``.
+
+    Call it in a node's action (its synchronous code: an ``async def`` node returns ``NodeInterrupt(value)``
+    instead). The run ends with an ``InterruptOutput``; the thread's head is the state before the node's
+    superstep, with the interrupt pending (``get_state(config).interrupt``). A node that calls ``interrupt``
+    several times gets each answer back in order when it is resumed; what it did before the call runs again on
+    every resume, so keep side effects after it (or idempotent).
+
+    Raises:
+        NodeInterrupt: always, unless the run is resuming this call, which returns the answer.
+        InvalidArgumentError: called outside a node's action.
+    """
+    scope = _scope.get()
+    if scope is None:
+        raise InvalidArgumentError(
+            "interrupt() is called from a node's action while the graph runs it (in an async def node, return "
+            "NodeInterrupt(value) instead)",
+            argument="value",
+        )
+    index = scope.used
+    if index < len(scope.resumes):
+        scope.used += 1
+        return scope.resumes[index]
+    raise NodeInterrupt(freeze(value), index=index)
+
+
+def enter_scope(resumes: Sequence[Any] = ()) -> Any:
+    """Open the ``interrupt()`` scope of one node call; returns the token ``leave_scope`` takes."""
+    return _scope.set(_Scope(resumes))
+
+
+def leave_scope(token: Any) -> None:
+    _scope.reset(token)
+
+
+def current_resumes() -> tuple[Any, ...]:
+    """The answers of the node call running now (for a node whose attempts run later, each in a scope of its own)."""
+    scope = _scope.get()
+    return scope.resumes if scope is not None else ()
+
+
+def pending_of(tasks: Sequence[Task], joins: JoinProgress, interrupt: PendingInterrupt | None) -> dict[str, Any] | None:
+    """What a checkpoint keeps beyond ``next``: the payloads of ``Send`` tasks (by their index in ``next``), the
+    joins that are waiting, the pending interrupt. None when there is nothing."""
+    pending: dict[str, Any] = {}
+    sends = [[index, task.arg] for index, task in enumerate(tasks) if type(task) is Send]
+    if sends:
+        pending["send"] = sends
+    if joins:
+        pending["joins"] = {str(index): sorted(sources) for index, sources in joins.items()}
+    if interrupt is not None:
+        pending["interrupt"] = interrupt.to_pending()
+    return pending or None
+
+
+def tasks_of(
+    next_nodes: Sequence[str], pending: Mapping[str, Any] | None
+) -> tuple[tuple[Task, ...], JoinProgress, PendingInterrupt | None]:
+    """The tasks, join progress and interrupt a checkpoint's ``next`` and ``pending`` describe."""
+    if not pending:
+        return tuple(next_nodes), {}, None
+    tasks: list[Task] = list(next_nodes)
+    for index, arg in pending.get("send", ()):
+        tasks[index] = Send(next_nodes[index], arg)
+    joins = {int(index): frozenset(sources) for index, sources in pending.get("joins", {}).items()}
+    stored = pending.get("interrupt")
+    return tuple(tasks), joins, PendingInterrupt.from_pending(stored) if stored is not None else None
+
+
+def names_of(tasks: Sequence[Task]) -> tuple[str, ...]:
+    """A checkpoint's ``next`` for these tasks: the node of each (a ``Send``'s too), in order."""
+    return tuple(task_node(task) for task in tasks)
