@@ -77,6 +77,9 @@ class Sizes:
     postgres_turns: int
     postgres_writers: int
     postgres_writer_turns: int
+    # fanout: a run with this many parallel branches against a run with one, this many repetitions each
+    fanout_branches: int
+    fanout_repeats: int
     # repetitions (or turns, on a separate thread) thrown away before measuring
     warmup: int
     # half-width of the window of turns whose median is reported at a mark
@@ -108,6 +111,8 @@ FULL = Sizes(
     postgres_turns=1000,
     postgres_writers=8,
     postgres_writer_turns=100,
+    fanout_branches=100,
+    fanout_repeats=31,
     warmup=3,
     window=5,
 )
@@ -130,6 +135,8 @@ QUICK = Sizes(
     postgres_turns=200,
     postgres_writers=8,
     postgres_writer_turns=25,
+    fanout_branches=100,
+    fanout_repeats=9,
     warmup=2,
     window=3,
 )
@@ -152,6 +159,8 @@ TINY = Sizes(
     postgres_turns=12,
     postgres_writers=2,
     postgres_writer_turns=2,
+    fanout_branches=20,
+    fanout_repeats=3,
     warmup=1,
     window=1,
     collect_garbage=False,

@@ -63,3 +63,30 @@ def test_the_runner_prints_a_table_and_writes_the_results_without_langgraph(
     assert len(streaming["samples"]["rxgraph"]) == TINY.stream_repeats
     assert not output.with_name("results.json.tmp").exists()
     assert _langgraph_was_not_imported()
+
+
+def test_the_fanout_benchmark_measures_both_shapes_with_and_without_a_checkpointer(tmp_path: Path) -> None:
+    from benchmarks import fanout
+
+    result = fanout.run(TINY, langgraph=False, workdir=str(tmp_path))
+
+    assert [figure.measure for figure in result.figures] == [
+        "per branch, static edges + join, no checkpointer",
+        "per branch, static edges + join, in-memory saver",
+        "per branch, Send to one node, no checkpointer",
+        "per branch, Send to one node, in-memory saver",
+    ]
+    branches = TINY.fanout_branches
+    for samples in result.samples.values():
+        assert set(samples) == {f"rxgraph x{branches}", "rxgraph x1"}
+        assert all(len(values) == TINY.fanout_repeats for values in samples.values())
+    assert [target.verdict for target in result.targets] == ["n/a"] * 4
+    assert _langgraph_was_not_imported()
+
+
+def test_the_fanout_benchmark_fails_when_a_run_did_not_collect_every_branch() -> None:
+    from benchmarks.fanout import check_collected
+
+    check_collected({"out": [0, 1, 2]}, 3, "rxgraph")
+    with pytest.raises(RuntimeError, match=r"rxgraph: a run with 3 branches collected \[0, 2\], expected \[0, 1, 2\]"):
+        check_collected({"out": [0, 2]}, 3, "rxgraph")
