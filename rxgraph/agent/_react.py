@@ -26,9 +26,11 @@ from ..graph._config import (
     UnsafeHeadPolicy,
 )
 from ..graph._constants import END, START
+from ..graph._interrupt import Command, interrupt
 from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._run_info import RunInfo
 from ..graph._state import KeyStrategy
+from ..messages._approval import ApprovalRequest, Approve, Edit, Reject, decisions_for
 from ..messages._rules import request_violations
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._model import ChatChunk, ChatModel, merge_chunks
@@ -36,8 +38,9 @@ from ._tools import Tool, tool
 
 __all__ = ["AgentInput", "ReactAgent"]
 
-AgentInput = str | Message | Sequence[Message]
-"""A user turn: its text, one message, or several messages (e.g. a system note and the user's question)."""
+AgentInput = str | Message | Sequence[Message] | Command
+"""A user turn: its text, one message, or several messages (e.g. a system note and the user's question) — or a
+``Command(resume=...)`` answering the turn's pending tool approval."""
 
 _NO_RESULT = object()
 
@@ -196,7 +199,7 @@ class ReactAgent:
             InvalidTypeError: ``input`` holds something that is not a message, or ``config`` is not a
                 ``RunnableConfig``.
         """
-        return self.graph.stream({"messages": _user_messages(input)}, self._config(config))
+        return self.graph.stream(_turn_input(input), self._config(config))
 
     def invoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
         """Run one turn to the end and return the model's final answer. Blocks until the turn ends.
@@ -211,7 +214,7 @@ class ReactAgent:
             DeadlockError: called on the event loop the turn's scheduler uses.
             Exception: whatever the turn failed with (see ``stream``): ``MaxIterationsError``, the model's error...
         """
-        final = self.graph.invoke({"messages": _user_messages(input)}, self._config(config))
+        final = self.graph.invoke(_turn_input(input), self._config(config))
         answer = final["messages"][-1]
         assert isinstance(answer, AssistantMessage)
         return answer
@@ -225,7 +228,7 @@ class ReactAgent:
             InvalidArgumentError: as for ``stream``.
             InvalidTypeError: as for ``stream``.
         """
-        return self.graph.astream({"messages": _user_messages(input)}, self._config(config))
+        return self.graph.astream(_turn_input(input), self._config(config))
 
     async def ainvoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
         """``invoke`` for asyncio code: await one turn, off the event loop, and return the model's final answer.
@@ -234,7 +237,7 @@ class ReactAgent:
         Raises:
             Exception: whatever the turn failed with (see ``stream``).
         """
-        final = await self.graph.ainvoke({"messages": _user_messages(input)}, self._config(config))
+        final = await self.graph.ainvoke(_turn_input(input), self._config(config))
         answer = final["messages"][-1]
         assert isinstance(answer, AssistantMessage)
         return answer
@@ -282,13 +285,38 @@ class ReactAgent:
     def _call_tools(self, state: Mapping[str, Any], run: RunInfo) -> Observable[ToolMessage]:
         last = state["messages"][-1]
         assert isinstance(last, AssistantMessage) and last.tool_calls
+        gated = tuple(
+            call for call in last.tool_calls if (known := self.tools.get(call.name)) and known.requires_approval
+        )
+        decisions: Mapping[str, Approve | Edit | Reject] = {}
+        if gated:
+            # The turn stops here until a human answers; resumed, this node runs again and gets the answer.
+            request = ApprovalRequest(calls=gated)
+            decisions = decisions_for(request, interrupt(request))
         # Every call gets exactly one message, errors included; they are started in call order, at most
         # max_parallel_tools at a time, and emitted as they finish (_tools_update puts them back in call order).
         # The calls are handed to merge at once, not on the run's scheduler: a TestScheduler would add a tick.
         calls = rx.from_iterable(
-            [self._run_tool(call, run) for call in last.tool_calls], scheduler=ImmediateScheduler.singleton()
+            [self._decided(call, decisions.get(call.id), run) for call in last.tool_calls],
+            scheduler=ImmediateScheduler.singleton(),
         )
         return calls.pipe(ops.merge(max_concurrent=self.max_parallel_tools))
+
+    def _decided(
+        self, call: ToolCall, decision: Approve | Edit | Reject | None, run: RunInfo
+    ) -> Observable[ToolMessage]:
+        if isinstance(decision, Reject):
+            return rx.of(
+                ToolMessage(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=f"tool {call.name!r} was not run: {decision.reason}",
+                    is_error=True,
+                )
+            )
+        if isinstance(decision, Edit):
+            return self._run_tool(call.model_copy(update={"arguments": decision.arguments}), run)
+        return self._run_tool(call, run)
 
     def _run_tool(self, call: ToolCall, run: RunInfo) -> Observable[ToolMessage]:
         def error(reason: str) -> ToolMessage:
@@ -382,7 +410,11 @@ def _model_calls_this_turn(history: Sequence[Message]) -> int:
     return calls
 
 
-def _user_messages(input: AgentInput) -> list[Message]:
+def _turn_input(input: AgentInput) -> Mapping[str, Any] | Command:
+    return input if isinstance(input, Command) else {"messages": _user_messages(input)}
+
+
+def _user_messages(input: str | Message | Sequence[Message]) -> list[Message]:
     if isinstance(input, str):
         return [UserMessage(content=input)]
     if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage):

@@ -48,11 +48,13 @@ class Tool:
         spec: what the model is shown (``ToolSpec``): name, description and the JSON schema of the arguments.
         scheduler: where the function is called; None for the caller's choice (see ``run``).
         run_info: the name of the function's ``RunInfo`` parameter, if it declares one.
+        requires_approval: a ``ReactAgent`` asks a human before it runs a call of this tool (see ``ApprovalRequest``).
     """
 
     # Class-level defaults, for subclasses that set their fields themselves instead of calling __init__.
     scheduler: abc.SchedulerBase | None = None
     run_info: str | None = None
+    requires_approval: bool = False
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         scheduler: abc.SchedulerBase | None = None,
+        requires_approval: bool = False,
     ) -> None:
         """Wrap ``fn``; the arguments and errors are those of ``tool``."""
         if not callable(fn):
@@ -73,6 +76,12 @@ class Tool:
             )
         check_scheduler(scheduler, argument="scheduler", owner=f"tool {self.name!r}")
         self.scheduler = scheduler
+        if type(requires_approval) is not bool:
+            raise InvalidTypeError(
+                f"tool {self.name!r}: requires_approval must be a bool, got {requires_approval!r}",
+                argument="requires_approval",
+            )
+        self.requires_approval = requires_approval
         self.description = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         self.run_info = run_info_parameter(fn)
         self._arguments = _arguments_model(fn, self.name, self.run_info)
@@ -242,7 +251,11 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, scheduler: abc.SchedulerBase | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    scheduler: abc.SchedulerBase | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -253,6 +266,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     scheduler: abc.SchedulerBase | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of a typed function: its name, its docstring as the description, its parameters' types and
     defaults as the JSON schema of its arguments. Use as ``@tool`` or ``@tool(name=..., description=...)``.
@@ -265,17 +279,21 @@ def tool(
         description: what the model is told it does (default: the function's docstring).
         scheduler: where the function is called, e.g. a ``ThreadPoolScheduler`` for blocking work (default: none
             of its own; an agent's ``tool_scheduler`` if it has one, else the thread that runs the agent's turn).
+        requires_approval: a ``ReactAgent`` stops its turn before running a call of this tool and asks a human to
+            approve, edit or reject it (see ``ApprovalRequest``).
 
     Raises:
         InvalidTypeError: ``fn`` is not callable, has ``*args``, ``**kwargs`` or positional-only parameters, or
             type hints that cannot be resolved (``argument="fn"``); ``scheduler`` is not a reactivex scheduler
-            (``argument="scheduler"``).
+            (``argument="scheduler"``); ``requires_approval`` is not a bool.
         InvalidArgumentError: the name has other characters (``argument="name"``).
     """
     if fn is not None:
-        return Tool(fn, name=name, description=description, scheduler=scheduler)
+        return Tool(fn, name=name, description=description, scheduler=scheduler, requires_approval=requires_approval)
 
     def _decorate(function: Callable[..., Any]) -> Tool:
-        return Tool(function, name=name, description=description, scheduler=scheduler)
+        return Tool(
+            function, name=name, description=description, scheduler=scheduler, requires_approval=requires_approval
+        )
 
     return _decorate

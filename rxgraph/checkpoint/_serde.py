@@ -42,6 +42,7 @@ from pydantic import BaseModel
 
 from .._frozen import FrozenDict, FrozenList
 from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
+from ..messages._approval import ApprovalRequest, Approve, Edit, Reject
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["Serde", "default_serde", "json_text", "parse_json_text", "register"]
@@ -54,6 +55,10 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
     (AssistantMessage, "rxgraph.AssistantMessage"),
     (ToolMessage, "rxgraph.ToolMessage"),
     (ToolCall, "rxgraph.ToolCall"),
+    (ApprovalRequest, "rxgraph.ApprovalRequest"),
+    (Approve, "rxgraph.Approve"),
+    (Edit, "rxgraph.Edit"),
+    (Reject, "rxgraph.Reject"),
 )
 
 _NON_FINITE = frozenset({"nan", "inf", "-inf"})
@@ -74,7 +79,8 @@ class _Unencodable(Exception):
 class Serde:
     """JSON encoding of state values with an explicit registry of pydantic models.
 
-    A new ``Serde`` knows the rxgraph message types (and ``ToolCall``). Register your own models with
+    A new ``Serde`` knows the rxgraph message types (and ``ToolCall``, and the tool approval's request and
+    decisions). Register your own models with
     :meth:`register`; frozen models are strongly recommended, because savers share stored values between
     checkpoints instead of copying them. Thread-safe.
     """
