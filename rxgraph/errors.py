@@ -233,10 +233,11 @@ class NodeInterrupt(RxGraphError):
     ``stream(Command(resume=...), config)`` runs the superstep again. ``index`` is which ``interrupt()`` call of the
     node it is (0 for the first), so that a resumed node gets each of its answers back in order."""
 
-    def __init__(self, value: object = None, *, index: int = 0) -> None:
+    def __init__(self, value: object = None, *, index: int = 0, subgraph: object = None) -> None:
         super().__init__(f"the node interrupted the run with {value!r}")
         self.value = value
         self.index = index
+        self.subgraph = subgraph  # a subgraph node's inner state, kept in the parent's checkpoint for the resume
 
 
 class UnsafeHistoryError(RxGraphError, ValueError):

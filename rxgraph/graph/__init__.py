@@ -7,7 +7,7 @@ from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig,
 from ._constants import END, START
 from ._edges import Send
 from ._interrupt import Command, PendingInterrupt, interrupt
-from ._outputs import InterruptOutput, NodeOutput, RunOutput, StateSnapshot, StreamingOutput
+from ._outputs import InterruptOutput, NodeOutput, RunOutput, StateSnapshot, StreamingOutput, SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy
 from ._run_info import RunInfo
 from ._state import KeyReducer, KeyStrategy
@@ -36,6 +36,7 @@ __all__ = [
     "StateGraph",
     "StateSnapshot",
     "StreamingOutput",
+    "SubgraphEvent",
     "TurnPolicy",
     "UnsafeHeadPolicy",
     "interrupt",

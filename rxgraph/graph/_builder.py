@@ -21,6 +21,7 @@ from ._node import NodeAction, NodeSpec, Reducer
 from ._policies import RetryPolicy
 from ._spec import GraphSpec
 from ._state import KeyReducer, KeyStrategy, StateSchema
+from ._subgraph import SubgraphNode
 
 __all__ = ["StateGraph"]
 
@@ -49,7 +50,7 @@ class StateGraph:
     def add_node(
         self,
         name: str,
-        action: NodeAction,
+        action: NodeAction | CompiledGraph,
         *,
         reduce: Reducer | None = None,
         scheduler: abc.SchedulerBase | None = None,
@@ -69,9 +70,16 @@ class StateGraph:
         streams it as its one chunk, a read-only mapping (empty for None), before the ``NodeOutput``. Disposing the
         run disposes the running attempt and a pending backoff; no attempt starts after it.
 
+        A ``CompiledGraph`` as the action is a subgraph: its run is this node's step. It starts from this graph's
+        state (or a ``Send``'s payload), its outputs stream as ``SubgraphEvent`` chunks (with their ``path``), and the
+        updates its nodes made are merged into this graph's state, with this graph's key strategies, when it ends.
+        It has no checkpoints of its own: a cancel, a failure or a crash inside it leaves the parent as for any
+        node (the rewind is the parent turn's boundary, and a resume runs it again from its start), while an
+        interrupt inside it is kept in the parent's checkpoint and ``Command(resume=...)`` goes on inside it.
+
         Args:
             name: a name no other node has (not ``START`` or ``END``).
-            action: the node's function.
+            action: the node's function, or a ``CompiledGraph`` (a subgraph).
             reduce: turns a streaming node's chunks into its update.
             scheduler: where to call the action — a ``ThreadPoolScheduler`` for blocking work (an HTTP call, a
                 database query), so that it never runs on the thread that delivers the run's events (an asyncio
@@ -103,7 +111,21 @@ class StateGraph:
             )
         if name in self._nodes:
             raise GraphValidationError(f"a node named {name!r} already exists; node names must be unique", node=name)
-        self._nodes[name] = NodeSpec.of(name, action, reduce, scheduler, retry=retry, timeout=timeout)
+        subgraph = isinstance(action, CompiledGraph)
+        if subgraph and reduce is not None:
+            raise InvalidTypeError(
+                f"node {name!r} runs a subgraph, whose updates are its nodes' own: it takes no reduce",
+                argument="reduce",
+            )
+        self._nodes[name] = NodeSpec.of(
+            name,
+            SubgraphNode(name, action) if isinstance(action, CompiledGraph) else action,
+            reduce,
+            scheduler,
+            retry=retry,
+            timeout=timeout,
+            subgraph=subgraph,
+        )
         return self
 
     def add_edge(self, source: str | Sequence[str], target: str) -> Self:

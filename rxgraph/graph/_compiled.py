@@ -181,6 +181,7 @@ class CompiledGraph:
         on_final_state: Callable[[Mapping[str, Any]], None] | None,
         *,
         await_here: bool = True,
+        on_updates: Callable[[tuple[Any, ...]], None] | None = None,
     ) -> Observable[RunOutput]:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
@@ -201,7 +202,9 @@ class CompiledGraph:
             run_config = config
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
-            run = Run(spec, frozen_input, run_config, on_final_state, running_loop() if await_here else None)
+            run = Run(
+                spec, frozen_input, run_config, on_final_state, running_loop() if await_here else None, on_updates
+            )
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
             pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))

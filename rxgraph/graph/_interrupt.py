@@ -48,7 +48,9 @@ class PendingInterrupt:
 
     ``node`` is the node it is about, ``when`` where the run stopped, ``value`` what the node asked (None for a stop
     before or after a node), ``task`` the index of the node's task in its superstep, and ``resumes`` the answers it
-    was given so far (a node that calls ``interrupt()`` several times gets them back in order).
+    was given so far (a node that calls ``interrupt()`` several times gets them back in order). For a subgraph node
+    whose inner run stopped, ``subgraph`` is that run's state — its values, next superstep, pending work and the
+    updates it made so far — kept here, in the parent's checkpoint, so that the resume goes on inside it.
     """
 
     node: str
@@ -56,6 +58,7 @@ class PendingInterrupt:
     value: Any = None
     task: int = 0
     resumes: tuple[Any, ...] = ()
+    subgraph: Mapping[str, Any] | None = None
 
     def to_pending(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class PendingInterrupt:
             "value": self.value,
             "task": self.task,
             "resumes": list(self.resumes),
+            **({"subgraph": self.subgraph} if self.subgraph is not None else {}),
         }
 
     @classmethod
@@ -74,16 +78,18 @@ class PendingInterrupt:
             value=stored.get("value"),
             task=int(stored.get("task", 0)),
             resumes=tuple(stored.get("resumes", ())),
+            subgraph=stored.get("subgraph"),
         )
 
 
 class _Scope:
     """The ``interrupt()`` calls of one node call: which answers it has, and how many it used."""
 
-    __slots__ = ("resumes", "used")
+    __slots__ = ("resumes", "subgraph", "used")
 
-    def __init__(self, resumes: Sequence[Any] = ()) -> None:
+    def __init__(self, resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> None:
         self.resumes = tuple(resumes)
+        self.subgraph = subgraph
         self.used = 0
 
 
@@ -118,19 +124,20 @@ def interrupt(value: Any = None) -> Any:
     raise NodeInterrupt(freeze(value), index=index)
 
 
-def enter_scope(resumes: Sequence[Any] = ()) -> Any:
+def enter_scope(resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> Any:
     """Open the ``interrupt()`` scope of one node call; returns the token ``leave_scope`` takes."""
-    return _scope.set(_Scope(resumes))
+    return _scope.set(_Scope(resumes, subgraph))
 
 
 def leave_scope(token: Any) -> None:
     _scope.reset(token)
 
 
-def current_resumes() -> tuple[Any, ...]:
-    """The answers of the node call running now (for a node whose attempts run later, each in a scope of its own)."""
+def current_resumes() -> tuple[tuple[Any, ...], Mapping[str, Any] | None]:
+    """The answers of the node call running now, and the inner state of the subgraph it resumes (for a node whose
+    attempts run later, each in a scope of its own)."""
     scope = _scope.get()
-    return scope.resumes if scope is not None else ()
+    return (scope.resumes, scope.subgraph) if scope is not None else ((), None)
 
 
 def pending_of(tasks: Sequence[Task], joins: JoinProgress, interrupt: PendingInterrupt | None) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ._interrupt import current_resumes, enter_scope, leave_scope
+from ._outputs import SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
 from ._run_info import RunInfo
 
@@ -94,6 +95,7 @@ class NodeSpec:
     run_info: str | None = None
     retry: RetryPolicy | None = None
     timeout: float | None = None  # seconds
+    subgraph: bool = False  # a compiled graph: its chunks are SubgraphEvents carrying the updates
 
     @classmethod
     def of(
@@ -105,8 +107,9 @@ class NodeSpec:
         *,
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
+        subgraph: bool = False,
     ) -> NodeSpec:
-        """Check and describe a node.
+        """Check and describe a node (``subgraph``: the action runs a compiled graph and streams ``SubgraphEvent``s).
 
         Raises:
             InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, ``scheduler``
@@ -146,6 +149,7 @@ class NodeSpec:
             run_info=run_info,
             retry=retry,
             timeout=seconds,
+            subgraph=subgraph,
         )
 
     def call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
@@ -160,7 +164,7 @@ class NodeSpec:
             return self._call(state, config, run)
         # Every attempt calls the action afresh: in an interrupt() scope of its own, with this call's answers.
         return run_attempts(
-            functools.partial(self._attempt_in_scope, current_resumes(), state, config, run),
+            functools.partial(self._attempt_in_scope, *current_resumes(), state, config, run),
             node=self.name,
             retry=self.retry,
             timeout=self.timeout,
@@ -169,9 +173,14 @@ class NodeSpec:
         )
 
     def _attempt_in_scope(
-        self, resumes: tuple[Any, ...], state: Mapping[str, Any], config: RunnableConfig, run: RunInfo
+        self,
+        resumes: tuple[Any, ...],
+        subgraph: Mapping[str, Any] | None,
+        state: Mapping[str, Any],
+        config: RunnableConfig,
+        run: RunInfo,
     ) -> abc.ObservableBase[Any]:
-        token = enter_scope(resumes)
+        token = enter_scope(resumes, subgraph)
         try:
             return _as_chunks(self.name, self._call(state, config, run), run)
         finally:
@@ -200,6 +209,8 @@ class NodeSpec:
             chunks = _last_attempt(chunks)
             if len(chunks) == 1 and isinstance(chunks[0], _ReturnedUpdate):
                 return (chunks[0].update,)
+        if self.subgraph:  # the inner run's updates, in the order it made them
+            return [update for chunk in chunks if isinstance(chunk, SubgraphEvent) for update in chunk.updates]
         if self.reduce is not None:
             return (self.reduce(chunks, state) if self.reduce_takes_state else self.reduce(chunks),)
         for index, chunk in enumerate(chunks):

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 from ._interrupt import PendingInterrupt
 
-__all__ = ["InterruptOutput", "NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput"]
+__all__ = ["InterruptOutput", "NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput", "SubgraphEvent"]
 
 
 class RunOutput:
@@ -130,6 +130,37 @@ class InterruptOutput(RunOutput):
 
     def __repr__(self) -> str:
         return f"InterruptOutput(node={self._node!r}, interrupt={self._interrupt!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class SubgraphEvent:
+    """What a subgraph node streams: one output of its inner run (``StreamingOutput(node, state, chunk=event)`` in
+    the parent's stream). ``output`` is the inner ``NodeOutput`` or ``StreamingOutput`` (None for the last event of a
+    resumed inner run that emitted nothing); ``updates`` are the updates the inner step made, which the parent merges
+    with its own key strategies when the subgraph node finishes.
+    """
+
+    node: str
+    output: RunOutput | None
+    updates: tuple[Mapping[str, Any] | None, ...] = ()
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Where the output comes from: the subgraph node, then the nodes inside it (nested subgraphs too)."""
+        inner = self.output
+        if inner is None:
+            return (self.node,)
+        if isinstance(inner, StreamingOutput) and isinstance(inner.chunk, SubgraphEvent):
+            return (self.node, *inner.chunk.path)
+        return (self.node, inner.node)
+
+    @property
+    def innermost(self) -> RunOutput | None:
+        """The output at the end of ``path`` (through nested subgraphs)."""
+        inner = self.output
+        while isinstance(inner, StreamingOutput) and isinstance(inner.chunk, SubgraphEvent):
+            inner = inner.chunk.output
+        return inner
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -404,6 +405,7 @@ class Run:
         "next",
         "observer",
         "on_final_state",
+        "on_updates",
         "pending",
         "resume",
         "resuming",
@@ -423,6 +425,7 @@ class Run:
         config: RunnableConfig,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        on_updates: Callable[[tuple[Any, ...]], None] | None = None,
     ) -> None:
         """``config.scheduler`` is the run's scheduler (the caller put the subscriber's there when the config had
         none); ``on_final_state`` is called with the final state right before ``on_completed``; ``loop`` is the
@@ -433,6 +436,7 @@ class Run:
         self.config = config
         self.scheduler = config.scheduler
         self.on_final_state = on_final_state
+        self.on_updates = on_updates  # told each step's updates before its NodeOutput (a subgraph's parent is)
         self.writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         self.info = RunInfo(
             thread_id=config.thread_id,
@@ -584,9 +588,7 @@ class Run:
             return
         if waiting.when == "inside":
             answer = self.resume.resume if self.resume is not None else None
-            self.resuming = PendingInterrupt(
-                waiting.node, "inside", waiting.value, waiting.task, (*waiting.resumes, freeze(answer))
-            )
+            self.resuming = replace(waiting, resumes=(*waiting.resumes, freeze(answer)))
         elif waiting.when == "after":
             stop = self._stop_before(tasks)
             if stop is not None:  # the next superstep has a stop before it too: record it, and stop there
@@ -619,9 +621,10 @@ class Run:
     def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
         """Call a node's action inside its ``interrupt()`` scope (with its answers, when this run resumes it)."""
         resuming = self.resuming
-        token = enter_scope(
-            resuming.resumes if resuming is not None and resuming.task == index and resuming.node == node.name else ()
-        )
+        if resuming is not None and resuming.task == index and resuming.node == node.name:
+            token = enter_scope(resuming.resumes, resuming.subgraph)
+        else:
+            token = enter_scope()
         try:
             return node.call(state_view, self.config, self.info)
         finally:
@@ -775,6 +778,8 @@ class Run:
         self.state = state
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
         self.group = None
+        if self.on_updates is not None:
+            self.on_updates(tuple(update for updates in group.results for update in updates or ()))
         view = MappingProxyType(state)
         checkpoint_id = checkpoint.id if checkpoint is not None else None
         return all(self._emit(NodeOutput(task_node(task), view, checkpoint_id=checkpoint_id)) for task in group.tasks)
@@ -872,6 +877,8 @@ class Run:
             return False  # cancelled under the write lock
         self.state = state
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
+        if self.on_updates is not None:
+            self.on_updates(tuple(updates))
         return self._emit(
             NodeOutput(node.name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
         )
@@ -925,7 +932,8 @@ class Run:
         before it with the interrupt pending, tell the subscriber, and end as a completed run."""
         resuming = self.resuming
         answered = resuming.resumes[: error.index] if resuming is not None and resuming.task == index else ()
-        stop = PendingInterrupt(node, "inside", error.value, index, answered)
+        subgraph: Any = error.subgraph
+        stop = PendingInterrupt(node, "inside", error.value, index, answered, subgraph)
         self.disposed = True
         if not self._claim_end():
             return

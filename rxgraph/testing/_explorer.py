@@ -4,7 +4,8 @@ A scenario is a sequence of turns on one thread. The explorer runs it once to le
 under test (chunks, node outputs, checkpoint writes, completion), then runs it again, from scratch, once per cancel
 point: at each of those ticks (before and after the tick's own events) and between them. After each run it checks:
 
-1. after the cancelled turn, the head is the pre-turn state, or the state of the turn completed;
+1. after the cancelled turn, the head is the pre-turn state, or the state of the turn completed (or stopped for a
+   human, its interrupt pending);
 2. every later turn's request, and the request a next user message would make, pass ``check_request``;
 3. no committed turn was lost: each completed turn's messages are a prefix of the final history;
 4. the cancelled run wrote nothing after it was cancelled, except its rewind, and nothing after the rewind.
@@ -217,12 +218,17 @@ class _Run:
     def _head_after_the_turn(self, record: TurnRecord) -> list[tuple[str, str]]:
         head = record.head
         if record.completed:
-            if head is None or head.run_id not in record.run_ids or head.next:
+            # A completed turn's head is its own and has nothing left to run — unless the turn stopped for a human,
+            # when the interrupted superstep is what it runs next.
+            waits = head is not None and bool(head.pending) and "interrupt" in (head.pending or {})
+            if head is None or head.run_id not in record.run_ids or (head.next and not waits):
                 return [("the head is not the completed turn", f"head after the turn: {_describe(head)}")]
             return []
         if record.cancelled:
-            before = dict(record.pre_turn.values) if record.pre_turn is not None else {}
-            if (head is None and record.pre_turn is not None) or dict(head.values if head else {}) != before:
+            # The pre-turn state whole: its values, what it would run next and the work it had pending (a cut
+            # resume leaves the interrupt it answered pending again).
+            before = _resumable(record.pre_turn)
+            if (head is None and record.pre_turn is not None) or _resumable(head) != before:
                 return [
                     (
                         "the head is neither the pre-turn state nor a completed turn",
@@ -281,6 +287,12 @@ class _Run:
                     )
                 )
         return problems
+
+
+def _resumable(checkpoint: Checkpoint | None) -> tuple[dict[str, Any], tuple[str, ...], dict[str, Any]]:
+    if checkpoint is None:
+        return {}, (), {}
+    return dict(checkpoint.values), checkpoint.next, dict(checkpoint.pending or {})
 
 
 def _describe(checkpoint: Checkpoint | None) -> str:
