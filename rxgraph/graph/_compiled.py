@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -31,7 +32,6 @@ from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
-from ._draw import draw_mermaid
 from ._interrupt import Command, names_of, pending_of, tasks_of
 from ._outputs import RunOutput, StateSnapshot
 from ._run import Run
@@ -39,7 +39,7 @@ from ._slots import slots_for
 from ._spec import GraphSpec
 from ._writer import ThreadWriter
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "inner_stream"]
 
 
 class CompiledGraph:
@@ -66,16 +66,6 @@ class CompiledGraph:
     def messages_key(self) -> str | None:
         """The state key whose chat history the sequence rules apply to (None: no rules)."""
         return self._spec.messages_key
-
-    def draw_mermaid(self) -> str:
-        """The graph as a Mermaid flowchart, to paste where Mermaid renders (a Markdown file, mermaid.live).
-
-        Node ids are ``n0``, ``n1``... in the order the nodes were added (names only appear, escaped, in labels);
-        a route's edges are dotted and labelled, a route without a path map leads to a note naming it, a join is a
-        point its sources go into, and interrupts and node policies are on the nodes' labels. The same graph
-        always gives the same text. ``rxgraph draw MODULE:ATTR`` prints it from the command line.
-        """
-        return draw_mermaid(self._spec)
 
     # -- running -----------------------------------------------------------------------------------------------
 
@@ -386,6 +376,19 @@ class _UpdateHolder:
 
     def interrupt(self, by_run: str) -> None:
         pass
+
+
+def inner_stream(
+    graph: CompiledGraph,
+    saver: CheckpointSaver,
+    input: Mapping[str, Any] | Command,
+    config: RunnableConfig,
+    on_updates: Callable[[tuple[Any, ...]], None],
+) -> Observable[RunOutput]:
+    """A run of ``graph`` on ``saver`` instead of its own checkpointer, telling ``on_updates`` each step's updates
+    before its outputs: how a subgraph node runs its graph."""
+    inner = CompiledGraph(replace(graph._spec, checkpointer=saver))
+    return inner._stream(input, config, None, await_here=False, on_updates=on_updates)
 
 
 def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import reactivex as rx
 from reactivex import Observable
@@ -22,12 +21,10 @@ from reactivex import operators as ops
 from ..checkpoint._base import new_checkpoint
 from ..checkpoint._memory import MemorySaver
 from ..errors import NodeInterrupt
+from ._compiled import CompiledGraph, inner_stream
 from ._config import RunnableConfig
 from ._interrupt import Command, current_resumes
 from ._outputs import InterruptOutput, NodeOutput, RunOutput, SubgraphEvent
-
-if TYPE_CHECKING:
-    from ._compiled import CompiledGraph
 
 __all__ = ["SubgraphNode"]
 
@@ -52,8 +49,7 @@ class SubgraphNode:
         resumes: tuple[Any, ...],
         stored: Mapping[str, Any] | None,
     ) -> Observable[SubgraphEvent]:
-        saver = MemorySaver()
-        inner = replace(self.graph._spec, checkpointer=saver)  # the graph as it is, on a saver of its own
+        saver = MemorySaver()  # the inner run's own, for this call
         inner_config = RunnableConfig(
             thread_id=_INNER_THREAD,
             scheduler=config.scheduler,
@@ -116,5 +112,5 @@ class SubgraphNode:
                 return rx.of(SubgraphEvent(self.name, None, tuple(waiting)))
             return rx.empty()
 
-        run = type(self.graph)(inner)._stream(source, inner_config, None, await_here=False, on_updates=on_updates)
+        run = inner_stream(self.graph, saver, source, inner_config, on_updates)
         return rx.concat(run.pipe(ops.filter(keep), ops.map(event)), rx.defer(lambda _: after()))
