@@ -1,4 +1,4 @@
-"""The ``rxgraph`` command: ``demo``, ``inspect``, ``check`` and ``serve``."""
+"""The ``rxgraph`` command: ``demo``, ``inspect``, ``check``, ``serve`` and ``draw``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from contextlib import closing
+from inspect import Signature
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._json import checkpoint_metadata, to_json
 from .checkpoint import Checkpoint, CheckpointSaver
 from .errors import CheckpointDecodeError, RxGraphError
+
+if TYPE_CHECKING:
+    from .graph import CompiledGraph
 
 __all__ = ["CliError", "main"]
 
@@ -140,6 +144,24 @@ def _parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
     serve.set_defaults(handler=_serve)
+
+    draw = commands.add_parser(
+        "draw",
+        help="print a graph or an agent as a Mermaid flowchart",
+        description=(
+            "Print MODULE:ATTR as a Mermaid flowchart (CompiledGraph.draw_mermaid()), to paste where Mermaid renders. "
+            "ATTR is a CompiledGraph, a StateGraph (compiled without a checkpointer), a ReactAgent (its graph), or "
+            "a function that returns one — called with no arguments, or, if it needs one, with a MemorySaver (so "
+            "what `rxgraph serve` takes is drawn too). Exit status 2 when MODULE:ATTR names no graph."
+        ),
+        epilog="Try it: rxgraph draw rxgraph.examples.chat:make",
+    )
+    draw.add_argument(
+        "target",
+        metavar="MODULE:ATTR",
+        help="what to draw, e.g. rxgraph.examples.chat:make (MODULE is imported from the current directory too)",
+    )
+    draw.set_defaults(handler=_draw)
     return parser
 
 
@@ -176,25 +198,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 def _load_target(spec: str, db: str | None, schema: str) -> tuple[Any, Any]:
     """The graph or agent ``MODULE:ATTR`` names, and the saver opened for it on ``db`` (to close once the server has
     stopped; None when there is none)."""
-    import importlib
-
     from .agent import ReactAgent
     from .checkpoint import MemorySaver
     from .graph import CompiledGraph
 
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise CliError(f"expected MODULE:ATTR (e.g. rxgraph.examples.chat:make), got {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` would: modules next to the user are found
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise CliError(f"cannot import {module_name!r}: {error}") from error
-    for name in attribute.split("."):
-        if not hasattr(found, name):
-            raise CliError(f"{module_name!r} has no attribute {attribute!r}")
-        found = getattr(found, name)
+    found = _import_target(spec)
     servable = (CompiledGraph, ReactAgent)
     if isinstance(found, servable):
         if db is not None:
@@ -217,6 +225,81 @@ def _load_target(spec: str, db: str | None, schema: str) -> tuple[Any, Any]:
             saver.close()
         raise
     return made, saver
+
+
+def _import_target(spec: str) -> Any:
+    """What ``MODULE:ATTR`` names (ATTR may be dotted), MODULE imported from the current directory too."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"expected MODULE:ATTR (e.g. rxgraph.examples.chat:make), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: modules next to the user are found
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CliError(f"cannot import {module_name!r}: {error}") from error
+    for name in attribute.split("."):
+        if not hasattr(found, name):
+            raise CliError(f"{module_name!r} has no attribute {attribute!r}")
+        found = getattr(found, name)
+    return found
+
+
+def _draw(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        graph = _graph_to_draw(args.target)
+    except CliError as error:  # MODULE:ATTR names no graph: a usage error
+        print(f"rxgraph draw: error: {error}", file=sys.stderr)
+        return 2
+    print(graph.draw_mermaid(), file=out)
+    return 0
+
+
+def _graph_to_draw(spec: str) -> CompiledGraph:
+    """The ``CompiledGraph`` ``MODULE:ATTR`` names: itself, a ``StateGraph`` compiled, a ``ReactAgent``'s graph, or
+    what a function returns (called with no arguments, or with a ``MemorySaver`` if it needs one)."""
+    from .agent import ReactAgent
+    from .checkpoint import MemorySaver
+    from .errors import ConfigurationError
+    from .graph import CompiledGraph, StateGraph
+
+    drawable = (CompiledGraph, StateGraph, ReactAgent)
+    expected = "a CompiledGraph, a StateGraph, a ReactAgent or a function that returns one"
+    found = _import_target(spec)
+    if not isinstance(found, drawable):
+        if not callable(found):
+            raise CliError(f"{spec} is a {type(found).__name__}: expected {expected}")
+        try:
+            signature: Signature | None = Signature.from_callable(found)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is None or _accepts(signature):
+            found = found()
+        elif _accepts(signature, None):
+            found = found(MemorySaver())
+        else:
+            raise CliError(f"{spec} needs arguments: expected {expected}, callable with no arguments")
+        if not isinstance(found, drawable):
+            raise CliError(f"{spec}() returned a {type(found).__name__}: expected {expected}")
+    if isinstance(found, ReactAgent):
+        return found.graph
+    if isinstance(found, StateGraph):
+        try:
+            return found.compile()
+        except ConfigurationError as error:
+            raise CliError(f"{spec} gives a StateGraph that does not compile: {error}") from error
+    return found
+
+
+def _accepts(signature: Signature, *arguments: Any) -> bool:
+    """Whether a function of ``signature`` can be called with ``arguments``."""
+    try:
+        signature.bind(*arguments)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_postgres(db: str) -> bool:

@@ -32,6 +32,7 @@ from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
+from ._draw import draw_mermaid
 from ._interrupt import Command, names_of, pending_of, tasks_of
 from ._outputs import RunOutput, StateSnapshot
 from ._run import Run
@@ -66,6 +67,16 @@ class CompiledGraph:
     def messages_key(self) -> str | None:
         """The state key whose chat history the sequence rules apply to (None: no rules)."""
         return self._spec.messages_key
+
+    def draw_mermaid(self) -> str:
+        """The graph as a Mermaid flowchart, to paste where Mermaid renders (a Markdown file, mermaid.live).
+
+        Node ids are ``n0``, ``n1``... in the order the nodes were added (names only appear, escaped, in labels);
+        a route's edges are dotted and labelled, a route without a path map leads to a note naming it, a join is a
+        point its sources go into, and interrupts and node policies are on the nodes' labels. The same graph
+        always gives the same text. ``rxgraph draw MODULE:ATTR`` prints it from the command line.
+        """
+        return draw_mermaid(self._spec)
 
     # -- running -----------------------------------------------------------------------------------------------
 
