@@ -40,7 +40,7 @@ from ._slots import slots_for
 from ._spec import GraphSpec
 from ._writer import ThreadWriter
 
-__all__ = ["CompiledGraph", "inner_stream"]
+__all__ = ["CompiledGraph", "inner_stream", "spec_of"]
 
 
 class CompiledGraph:
@@ -387,6 +387,11 @@ class _UpdateHolder:
 
     def interrupt(self, by_run: str) -> None:
         pass
+
+
+def spec_of(graph: CompiledGraph) -> GraphSpec:
+    """What ``graph`` runs (its nodes, edges and policies), for the modules that look inside a graph."""
+    return graph._spec
 
 
 def inner_stream(

@@ -14,6 +14,8 @@ How the drawing reads:
   runs in parallel, in one superstep.
 - A join (``add_edge([a, b], target)``): each source goes into a small circle ``join0(("all"))``, which goes to the
   target: the target waits for all of them.
+- A subgraph node is a ``subgraph`` block holding the inner graph's own drawing (its ids prefixed with the node's
+  id); the parent's edges go into and out of the block.
 - A node in ``interrupt_before`` / ``interrupt_after`` says so on a second line of its label (``⏸ before``,
   ``⏸ after``) and has the class ``interrupt``; a node with a retry policy or a timeout says it there too.
 
@@ -89,8 +91,8 @@ class _Drawn:
 def _draw_spec(spec: GraphSpec, *, prefix: str) -> _Drawn:
     """The statements drawing ``spec``, every id starting with ``prefix``.
 
-    This draws one graph's body, so that a graph used as a node could be drawn inside its parent: its statements
-    (ids prefixed with the node's id, so they cannot clash with the parent's) wrapped in a Mermaid
+    This draws one graph's body, so that a graph used as a node is drawn inside its parent: its statements (ids
+    prefixed with the node's id, so they cannot clash with the parent's) wrapped in a Mermaid
     ``subgraph <id> ["<name>"]`` ... ``end`` block, its classes merged into the parent's.
     """
     ids: dict[str, str] = {START: f"{prefix}__start__", END: f"{prefix}__end__"}
@@ -101,7 +103,18 @@ def _draw_spec(spec: GraphSpec, *, prefix: str) -> _Drawn:
     for name, node in spec.nodes.items():
         notes = _notes(name, node, spec)
         label = _text(name) + ("<br>" + " · ".join(notes) if notes else "")
-        lines.append(f'{ids[name]}["{label}"]')
+        inner = getattr(node.action, "spec", None) if node.subgraph else None
+        if isinstance(inner, GraphSpec):
+            # A subgraph: its own drawing in a block that edges of this graph go into and out of.
+            body = _draw_spec(inner, prefix=f"{ids[name]}_")
+            lines.append(f'subgraph {ids[name]} ["{label}"]')
+            lines.extend(f"    {line}" for line in body.lines)
+            lines.append("end")
+            for class_name, members in body.classes.items():
+                for member in members:
+                    drawn.mark(class_name, member)
+        else:
+            lines.append(f'{ids[name]}["{label}"]')
         if name in spec.interrupt_before or name in spec.interrupt_after:
             drawn.mark("interrupt", ids[name])
     lines.append(f"{ids[END]}([END])")

@@ -21,7 +21,7 @@ from reactivex import operators as ops
 from ..checkpoint._base import new_checkpoint
 from ..checkpoint._memory import MemorySaver
 from ..errors import NodeInterrupt
-from ._compiled import CompiledGraph, inner_stream
+from ._compiled import CompiledGraph, inner_stream, spec_of
 from ._config import RunnableConfig
 from ._interrupt import Command, current_resumes
 from ._outputs import InterruptOutput, NodeOutput, RunOutput, SubgraphEvent
@@ -37,6 +37,7 @@ class SubgraphNode:
     def __init__(self, name: str, graph: CompiledGraph) -> None:
         self.name = name
         self.graph = graph
+        self.spec = spec_of(graph)  # what it runs, for drawing
 
     def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> Observable[SubgraphEvent]:
         resumes, stored = current_resumes()  # read now: the scope is the node call's

@@ -31,6 +31,8 @@ _STATEMENTS = {
     "note": re.compile(rf'(?P<id>{_ID})\{{\{{"(?P<label>{_LABEL})"\}}\}}'),
     "point": re.compile(rf'(?P<id>{_ID})\(\("(?P<label>{_LABEL})"\)\)'),
     "edge": re.compile(rf'(?P<source>{_ID}) (?P<arrow>-->|-\.->)(?:\|"(?P<label>{_LABEL})"\|)? (?P<target>{_ID})'),
+    "subgraph": re.compile(rf'subgraph (?P<id>{_ID}) \["(?P<label>{_LABEL})"\]'),
+    "end": re.compile(r"end"),
     "comment": re.compile(r"%% .*"),
     "classDef": re.compile(rf"classDef (?P<name>{_ID}) \S.*"),
     "class": re.compile(rf"class (?P<ids>{_ID}(?:,{_ID})*) (?P<name>{_ID})"),
@@ -63,15 +65,20 @@ def read_chart(text: str) -> Chart:
     lines = text.split("\n")
     assert lines[0] == "flowchart TD"
     chart = Chart()
+    depth = 1  # subgraph blocks indent their statements by four more spaces
     for line in lines[1:]:
-        assert line.startswith("    ") and line == line.rstrip() and line.strip(), repr(line)
-        statement = line[4:]
+        statement = line.lstrip(" ")
+        if statement == "end":
+            depth -= 1
+        assert line == " " * 4 * depth + statement and statement == statement.rstrip() and statement, repr(line)
         kind, match = next(
             ((kind, m) for kind, pattern in _STATEMENTS.items() if (m := pattern.fullmatch(statement))),
             (None, None),
         )
         assert match is not None, f"not a statement the drawing writes: {statement!r}"
-        if kind in ("terminal", "node", "note", "point"):
+        if kind == "subgraph":
+            depth += 1
+        if kind in ("terminal", "node", "note", "point", "subgraph"):
             assert match["id"] not in chart.shapes, f"{match['id']} declared twice"
             assert match["id"] not in _MERMAID_WORDS
             chart.shapes[match["id"]] = (kind, match["label"])
@@ -88,6 +95,7 @@ def read_chart(text: str) -> Chart:
             ids = match["ids"].split(",")
             assert all(i in chart.shapes for i in ids)
             chart.classes[match["name"]] = ids
+    assert depth == 1, "a subgraph block is not closed"
     return chart
 
 
@@ -289,3 +297,19 @@ def test_the_readme_shows_what_its_example_prints(capsys: pytest.CaptureFixture[
     exec(compile(example[1], "README.md, Drawing a graph", "exec"), {"__name__": "readme_drawing"})
     assert capsys.readouterr().out == shown[1]
     read_chart(shown[1].rstrip("\n"))
+
+
+def test_a_subgraph_is_a_block_holding_its_own_drawing() -> None:
+    inner = (
+        StateGraph()
+        .add_node("end", _noop)  # a Mermaid keyword, inside a block that ends with `end`
+        .add_edge(START, "end")
+        .add_edge("end", END)
+        .compile(interrupt_before=["end"])
+    )
+    graph = StateGraph().add_node("a", _noop).add_node("sub", inner).add_edge(START, "a").add_edge("a", "sub")
+    chart = read_chart(graph.add_edge("sub", END).compile().draw_mermaid())
+    assert chart.shapes["n1"] == ("subgraph", "sub")
+    assert chart.shapes["n1_n0"] == ("node", "end<br>⏸ before") and chart.classes["interrupt"] == ["n1_n0"]
+    assert ("n0", "-->", None, "n1") in chart.edges and ("n1", "-->", None, "__end__") in chart.edges
+    assert ("n1___start__", "-->", None, "n1_n0") in chart.edges
