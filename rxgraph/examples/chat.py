@@ -25,13 +25,17 @@ from ..graph import RunInfo
 from ..messages import Message, ToolMessage, UserMessage
 from ..testing import Script, finish, text
 
-__all__ = ["ScriptedChat", "make"]
+__all__ = ["ScriptedChat", "make", "make_approving"]
 
 _POOL = ThreadPoolScheduler(4)
 
 
 def make(
-    checkpointer: CheckpointSaver | None = None, *, model: ChatModel | None = None, tool_seconds: float = 1.5
+    checkpointer: CheckpointSaver | None = None,
+    *,
+    model: ChatModel | None = None,
+    tool_seconds: float = 1.5,
+    approve_tools: bool = False,
 ) -> ReactAgent:
     """The demo agent, its threads kept in ``checkpointer`` (a new ``MemorySaver`` when None).
 
@@ -40,9 +44,10 @@ def make(
         model: the chat model; by default the API the environment names (see the module), else ``ScriptedChat()``.
         tool_seconds: how long ``get_weather`` takes (it returns early, with nothing written, when the turn is
             cancelled).
+        approve_tools: ``get_weather`` needs approval: the turn stops and the chat page asks before it runs.
     """
 
-    @tool(scheduler=_POOL)
+    @tool(scheduler=_POOL, requires_approval=approve_tools)
     def get_weather(city: str, run: RunInfo) -> str:
         """Current weather for a city."""
         if run.cancelled.wait(tool_seconds):  # blocking work that looks up from time to time
@@ -129,3 +134,9 @@ def _city(question: str) -> str:
     """The city a weather question is about: the capitalised word after "in" (Paris if there is none)."""
     found = re.search(r"\bin\s+([A-Z][\w-]*(?:\s+[A-Z][\w-]*)*)", question)
     return found.group(1) if found else "Paris"
+
+
+def make_approving(checkpointer: CheckpointSaver | None = None) -> ReactAgent:
+    """The demo agent that asks before it looks up the weather: ``rxgraph serve rxgraph.examples.chat:make_approving``
+    shows the approval in the chat page."""
+    return make(checkpointer, approve_tools=True)

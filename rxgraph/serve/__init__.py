@@ -7,12 +7,16 @@ which is rewound. Install the ``serve`` extra (Starlette, uvicorn, sse-starlette
 **Start a run**: ``POST /threads/{thread_id}/runs/stream`` with a JSON body::
 
     {"input": ..., "context": {...}, "multitask": "enqueue" | "reject" | "interrupt"}
+    {"resume": ..., "context": {...}}
 
 ``input`` is, for an agent, the user's text or a list of messages in the OpenAI Chat Completions wire format; for a
 graph, an object of state keys, or ``null`` to resume the thread from its head's ``next``. ``context`` (optional)
 is the run's ``RunInfo.context``, as the client sent it: never stored, never shown to the model, and not to be
 trusted for what the server must vouch for (who the user is). ``multitask`` (optional) overrides the target's
-policy for this run. A body that says none of this is refused with 422 and an error object (below).
+policy for this run. ``resume`` (in place of ``input``) answers the thread's pending interrupt: the run is
+``Command(resume=...)``; a ``ReactAgent``'s tool approval is answered with ``{call_id: {"decision": "approve"}}``,
+``{"decision": "edit", "arguments": "<JSON text>"}`` or ``{"decision": "reject", "reason": "..."}`` for each call it
+listed. A body that says none of this is refused with 422 and an error object (below).
 
 The answer is ``text/event-stream``. Each event's ``data`` is one line of JSON:
 
@@ -22,7 +26,11 @@ The answer is ``text/event-stream``. Each event's ``data`` is one line of JSON:
 - ``node``: ``{"node", "checkpoint_id"}`` — a node finished and its checkpoint was written; for an agent, also
   ``"messages"``: what the node added to the history, in the wire format (the assistant message; the tool
   messages, in call order).
-- ``end``: ``{"thread_id", "checkpoint_id"}`` — the run completed; ``checkpoint_id`` is the thread's head.
+- ``interrupt``: ``{"thread_id", "node", "when", "value"}`` — the run stopped for a human (``when``: ``"before"``,
+  ``"after"`` or ``"inside"`` the node); ``value`` is what it asks (a tool approval: ``{"kind": "tool_approval",
+  "calls": [{"id", "name", "arguments"}, ...]}``). An ``end`` follows; answer with a ``resume`` body.
+- ``end``: ``{"thread_id", "checkpoint_id"}`` — the run completed (or stopped for a human); ``checkpoint_id`` is the
+  thread's head.
 - ``error``: ``{"type", "message"}`` — the run failed (and an agent's turn was rewound); for a ``ModelAPIError``
   also the API's ``status_code`` and ``body``.
 
@@ -35,8 +43,9 @@ before any stream.
 
 **Read a thread** (the saver's I/O off the event loop; a rewind in flight is waited for):
 
-- ``GET /threads/{thread_id}/state``: ``{"thread_id", "values", "next", "checkpoint"}`` — the head's values (as
-  ``rxgraph inspect --checkpoint`` shows them), the node(s) a resume runs, and the head's metadata (``seq``, ``id``,
+- ``GET /threads/{thread_id}/state``: ``{"thread_id", "values", "next", "interrupt", "checkpoint"}`` — the head's
+  values (as ``rxgraph inspect --checkpoint`` shows them), the node(s) a resume runs, the interrupt it waits on
+  (``{"node", "when", "value"}``, or ``null``), and the head's metadata (``seq``, ``id``,
   ``parent_id``, ``node``, ``source``, ``run_id``, ``created_at``, ``safe``, ``error``...; ``null`` for a thread
   with no checkpoint).
 - ``GET /threads/{thread_id}/history?limit=N``: ``{"thread_id", "checkpoints"}`` — the newest ``N`` (default 20)

@@ -29,9 +29,10 @@ from ..errors import (
 )
 from ..graph._compiled import CompiledGraph
 from ..graph._config import RunnableConfig
+from ..graph._interrupt import Command
 from ..graph._outputs import RunOutput
 from ..messages._openai import from_openai
-from ._events import EventEncoder, error_json
+from ._events import EventEncoder, error_json, interrupt_json
 from ._outputs import Item, RunOutputs
 from ._requests import AgentRunRequest, GraphRunRequest
 
@@ -149,6 +150,7 @@ class _Reads:
                 "thread_id": config.thread_id,
                 "values": to_json(snapshot.values),
                 "next": list(snapshot.next),
+                "interrupt": interrupt_json(snapshot.interrupt) if snapshot.interrupt is not None else None,
                 "checkpoint": checkpoint_metadata(checkpoint) if checkpoint is not None else None,
             }
         )
@@ -221,13 +223,16 @@ class _RunStream:
                 config = _config(request, context=turn.context, multitask=turn.multitask)
                 if isinstance(config, Response):
                     return config
+                if turn.resumes:
+                    return config, self._agent.astream(Command(resume=turn.resume), config)
+                assert turn.input is not None
                 messages = turn.input if isinstance(turn.input, str) else from_openai(turn.input)
                 return config, self._agent.astream(messages, config)
             run = GraphRunRequest.model_validate_json(body)
             config = _config(request, context=run.context, multitask=run.multitask)
             if isinstance(config, Response):
                 return config
-            return config, self._graph.astream(run.input, config)
+            return config, self._graph.astream(Command(resume=run.resume) if run.resumes else run.input, config)
         except ValidationError as error:
             return _refused(_validation_json(error))
         except (MessageFormatError, InvalidArgumentError, InvalidTypeError) as error:

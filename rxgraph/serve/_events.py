@@ -10,11 +10,12 @@ from sse_starlette import ServerSentEvent
 
 from .._json import to_json
 from ..errors import ModelAPIError
-from ..graph._outputs import NodeOutput, RunOutput, StreamingOutput
+from ..graph._interrupt import PendingInterrupt
+from ..graph._outputs import InterruptOutput, NodeOutput, RunOutput, StreamingOutput
 from ..messages._openai import to_openai
 from ..messages._types import Message, ToolMessage
 
-__all__ = ["EventEncoder", "error_json"]
+__all__ = ["EventEncoder", "error_json", "interrupt_json"]
 
 
 def error_json(error: BaseException) -> dict[str, Any]:
@@ -25,6 +26,12 @@ def error_json(error: BaseException) -> dict[str, Any]:
         document["status_code"] = error.status_code
         document["body"] = to_json(error.body)
     return document
+
+
+def interrupt_json(interrupt: PendingInterrupt) -> dict[str, Any]:
+    """A pending interrupt as the client sees it: the ``node``, ``when`` it stopped, and the ``value`` it asks
+    (a tool approval: ``{"kind": "tool_approval", "calls": [...]}``)."""
+    return {"node": interrupt.node, "when": interrupt.when, "value": to_json(interrupt.value)}
 
 
 class EventEncoder:
@@ -39,6 +46,9 @@ class EventEncoder:
     def output(self, output: RunOutput) -> ServerSentEvent:
         if isinstance(output, StreamingOutput):
             return _event("chunk", {"node": output.node, "chunk": _chunk_json(output.chunk)})
+        if isinstance(output, InterruptOutput):
+            self.last_checkpoint_id = None  # an interrupt inside a node writes one more: `end` reads the head
+            return _event("interrupt", {"thread_id": self.thread_id, **interrupt_json(output.interrupt)})
         assert isinstance(output, NodeOutput)
         self.last_checkpoint_id = output.checkpoint_id
         payload: dict[str, Any] = {"node": output.node, "checkpoint_id": output.checkpoint_id}

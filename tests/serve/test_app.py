@@ -149,6 +149,7 @@ def test_state_and_history_read_the_thread_newest_first(
         "thread_id": "nobody",
         "values": {},
         "next": [],
+        "interrupt": None,
         "checkpoint": None,
     }
     assert get(server, "/threads/nobody/history").json() == {"thread_id": "nobody", "checkpoints": []}
@@ -168,6 +169,7 @@ REFUSED_BODIES = [
     (b'{"input": [{"role": "wizard", "content": "hi"}]}', "MessageFormatError"),
     (b'{"input": [{"role": "tool", "content": "sunny"}]}', "MessageFormatError"),  # no tool_call_id
     (b'{"input": []}', "InvalidArgumentError"),
+    (b'{"input": "hi", "resume": {}}', "ValidationError"),  # a turn or an answer, not both
 ]
 
 

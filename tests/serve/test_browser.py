@@ -88,3 +88,47 @@ def test_the_page_streams_a_turn_stops_the_next_while_its_tool_runs_and_shows_th
     assert [(m["role"], m["content"]) for m in state["values"]["messages"]] == [("user", "Hi"), ("assistant", GREETING)]
     assert len(model.requests) == 2  # stopped before the model was asked to answer with the tool's result
     assert elsewhere == [] and errors == []
+
+
+def test_the_page_asks_before_a_tool_that_needs_approval_and_runs_it_once_approved(
+    tmp_path: Path, serve: Callable[[ASGIApp], Server]
+) -> None:
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y --no-install-recommends chromium`")
+    saver = MemorySaver()
+    agent = make(saver, model=ScriptedChat(pace=0.01), tool_seconds=0.01, approve_tools=True)
+    server = serve(create_app(agent))
+    errors: list[str] = []
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=ARGS
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT * 1000)
+            expect.set_options(timeout=WAIT * 1000)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.goto(server.url + "/")
+            thread = page.get_by_label("Thread").input_value()
+
+            page.get_by_label("Message").fill("What's the weather in Oslo?")
+            page.get_by_role("button", name="Send").click()
+            approval = page.get_by_role("group", name="Approval")
+            expect(approval).to_contain_text('get_weather({"city": "Oslo"})')
+            expect(page.get_by_role("status")).to_have_text("Waiting for your approval.")
+            pending = httpx.get(f"{server.url}/threads/{thread}/state", timeout=WAIT).json()["interrupt"]
+            assert pending["value"]["calls"][0]["name"] == "get_weather"
+
+            approval.get_by_role("button", name="Approve").click()
+            expect(page.get_by_role("status")).to_have_text("Done.")
+            expect(page.locator(".assistant").last).to_contain_text("Here is the weather:")
+            expect(page.locator(".tool-result")).to_contain_text("in Oslo")
+        finally:
+            browser.close()
+
+    state = httpx.get(f"{server.url}/threads/{thread}/state", timeout=WAIT).json()
+    assert state["interrupt"] is None
+    assert [m["role"] for m in state["values"]["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert errors == []
