@@ -4,9 +4,11 @@
 
     stream  = defer(start), started in an action on the run's scheduler (or the trampoline)   cold; base read then
               .do_action(terminated)  |> raise the cancelled flag, then dispose  |> finally_action(rewind if cut)
-    start   = read the base, merge the input, write the input checkpoint; steps(first node)
-    step N  = defer(action(state)).do_action(keep).map(StreamingOutput) ++ defer(tail)
-    tail    = merge, route, write (guarded by the cancelled flag); of(NodeOutput) ++ defer(step next)
+    start   = read the base, merge the input, write the input checkpoint; steps(first superstep)
+    step N  = defer(action(state)).do_action(keep).map(StreamingOutput) ++ defer(tail)      one task
+    step N  = from_iterable(defer(action_i(state_i)).do_action(keep_i).map(StreamingOutput) for each task)
+              .merge(max_concurrent) ++ defer(superstep tail)                                several tasks, or a Send
+    tail    = merge (in task order), route, write (guarded by the cancelled flag); of(NodeOutput...) ++ defer(steps)
 
 The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
 run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/runner.py``, one
@@ -27,19 +29,24 @@ from reactivex import operators as ops
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 
-from rxgraph import END, START, CheckpointConflictError, CompiledGraph, GraphRecursionError, NodeOutput, StreamingOutput
+from rxgraph import (
+    START,
+    CheckpointConflictError,
+    CompiledGraph,
+    GraphRecursionError,
+    InvalidUpdateError,
+    NodeOutput,
+    StreamingOutput,
+)
+from rxgraph._frozen import freeze
 from rxgraph.graph._choose_base import choose_base
+from rxgraph.graph._edges import JoinProgress, Task, task_node
+from rxgraph.graph._interrupt import names_of, pending_of, tasks_of
 from rxgraph.graph._run_info import RunInfo
 from rxgraph.graph._writer import ThreadWriter
 from rxgraph.rx._awaitable import background_loop
 
 __all__ = ["reference_stream"]
-
-
-def _route(spec: Any, source: str, state: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The node after ``source`` in a graph with one way out of each node, and the checkpoint's ``next``."""
-    tasks, _ = spec.advance((source,), state)
-    return (tasks[0] if tasks else END), tuple(tasks)
 
 
 def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, config: Any) -> Observable[NodeOutput]:
@@ -54,7 +61,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
-        failed_node: list[str | None] = [None]
+        current: list[tuple[tuple[Task, ...], JoinProgress]] = [((), {})]  # the superstep running, for a failure
         info = RunInfo(
             thread_id=config.thread_id, run_id=writer.run_id, context=config.context, loop_of=background_loop
         )
@@ -73,24 +80,104 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 base = choice.base
             state: dict[str, Any] = dict(base.values) if base is not None else {}
             if input is None:
-                return steps(base.next[0] if base is not None and base.next else END, state, 0)
+                tasks, joins, _ = tasks_of(base.next, base.pending) if base is not None else ((), {}, None)
+                return steps(tasks, state, 0, joins)
             state = spec.schema.merge(state, input, origin="input")
-            first, next_nodes = _route(spec, START, state)
-            writer.commit(state, node=START, next_nodes=next_nodes, source="input")
-            return steps(first, state, 0)
+            tasks, joins = spec.advance((START,), state)
+            writer.commit(
+                state, node=START, next_nodes=names_of(tasks), source="input", pending=pending_of(tasks, joins, None)
+            )
+            return steps(tasks, state, 0, joins)
 
-        def steps(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
-            if name == END:
+        def steps(tasks: tuple[Task, ...], state: dict[str, Any], count: int, joins: JoinProgress) -> Observable[Any]:
+            if not tasks:
                 return rx.empty()
             if count >= run_config.recursion_limit:
                 limit = run_config.recursion_limit
+                name = task_node(tasks[0])
                 return rx.throw(GraphRecursionError(f"reached {limit=}", limit=limit, next_node=name))
-            return rx.defer(lambda _: step(name, state, count + 1))
+            current[0] = (tasks, joins)
+            if len(tasks) == 1 and type(tasks[0]) is str:
+                return rx.defer(lambda _: step(tasks[0], state, count + 1, joins))  # type: ignore[arg-type]
+            return rx.defer(lambda _: superstep(tasks, state, count + 1, joins))
 
-        def step(name: str, state: dict[str, Any], count: int) -> Observable[NodeOutput]:
+        def superstep(
+            tasks: tuple[Task, ...], state: dict[str, Any], count: int, joins: JoinProgress
+        ) -> Observable[Any]:
+            view = MappingProxyType(state)
+            results: list[Sequence[Any]] = [() for _ in tasks]
+
+            def branch(index: int, task: Task) -> Observable[Any]:
+                def start_branch(_: Any) -> Observable[Any]:
+                    name = task_node(task)
+                    node = spec.nodes[name]
+                    state_of: Any = view if type(task) is str else freeze(task.arg)  # type: ignore[union-attr]
+                    result = node.call(state_of, run_config, info)
+                    if result is None or isinstance(result, Mapping):
+                        # No chunks: the branch is done when its action returns, and frees its place at once.
+                        results[index] = (result,)
+                        return rx.empty(scheduler=ImmediateScheduler.singleton())
+                    if not isinstance(result, abc.ObservableBase):
+                        return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
+                    chunks: list[Any] = []
+
+                    def done() -> None:
+                        results[index] = node.updates_from_chunks(chunks, state_of)
+
+                    return on_run_scheduler(result).pipe(
+                        ops.do_action(chunks.append),
+                        ops.map(lambda c: StreamingOutput(name, state_of, c)),
+                        ops.do_action(on_completed=done),
+                    )
+
+                return rx.defer(start_branch)
+
+            branches = rx.from_iterable(
+                [branch(i, task) for i, task in enumerate(tasks)], scheduler=ImmediateScheduler.singleton()
+            )
+            limit = spec.max_concurrency or len(tasks)
+            merged = branches.pipe(ops.merge(max_concurrent=limit))
+            return rx.concat(merged, rx.defer(lambda _: superstep_tail(tasks, state, results, count, joins)))
+
+        def superstep_tail(
+            tasks: tuple[Task, ...],
+            state: dict[str, Any],
+            results: list[Sequence[Any]],
+            count: int,
+            joins: JoinProgress,
+        ) -> Observable[Any]:
+            if writer.cancelled:
+                return rx.empty()
+            owners: dict[str, str] = {}
+            for task, updates in zip(tasks, results, strict=True):
+                name = task_node(task)
+                for update in updates:
+                    for key in update or {}:
+                        if not spec.schema.has_reducer(key) and owners.setdefault(key, name) != name:
+                            return rx.throw(InvalidUpdateError(f"{key!r} written twice in a superstep", node=name))
+                    state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
+            finished = tuple(dict.fromkeys(task_node(task) for task in tasks))
+            following, joins = spec.advance(finished, state, joins)
+            checkpoint = writer.commit(
+                state,
+                node=",".join(finished),
+                next_nodes=names_of(following),
+                source="loop",
+                pending=pending_of(following, joins, None),
+            )
+            if checkpoint is None and writer.saver is not None:
+                return rx.empty()
+            view = MappingProxyType(state)
+            checkpoint_id = checkpoint.id if checkpoint else None
+            outputs = [NodeOutput(task_node(task), view, checkpoint_id=checkpoint_id) for task in tasks]
+            return rx.concat(
+                rx.from_iterable(outputs, scheduler=ImmediateScheduler.singleton()),
+                rx.defer(lambda _: steps(following, state, count, joins)),
+            )
+
+        def step(name: str, state: dict[str, Any], count: int, joins: JoinProgress) -> Observable[Any]:
             node = spec.nodes[name]
             view = MappingProxyType(state)
-            failed_node[0] = name
             result = node.call(view, run_config, info)
             chunks: list[Any] = []
             updates: Callable[[], Sequence[Any]]
@@ -103,21 +190,29 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             else:
                 return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
             forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, view, c)))
-            return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count)))
+            return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count, joins)))
 
-        def tail(name: str, state: dict[str, Any], updates: Sequence[Any], count: int) -> Observable[NodeOutput]:
+        def tail(
+            name: str, state: dict[str, Any], updates: Sequence[Any], count: int, joins: JoinProgress
+        ) -> Observable[Any]:
             if writer.cancelled:
                 return rx.empty()
             for update in updates:
                 state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
-            following, next_nodes = _route(spec, name, state)
-            checkpoint = writer.commit(state, node=name, next_nodes=next_nodes, source="loop")
+            following, joins = spec.advance((name,), state, joins)
+            checkpoint = writer.commit(
+                state,
+                node=name,
+                next_nodes=names_of(following),
+                source="loop",
+                pending=pending_of(following, joins, None),
+            )
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()
             output = NodeOutput(name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
             return rx.concat(
                 rx.return_value(output, scheduler=ImmediateScheduler.singleton()),
-                rx.defer(lambda _: steps(following, state, count)),
+                rx.defer(lambda _: steps(following, state, count, joins)),
             )
 
         def on_run_scheduler(source: abc.ObservableBase[Any]) -> Observable[Any]:
@@ -141,7 +236,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 if spec.policy.on_error == "rewind":
                     writer.rewind(error=text)
                 else:
-                    writer.record_error(text, next_nodes=(failed_node[0],) if failed_node[0] else ())
+                    tasks, joins = current[0]
+                    writer.record_error(text, next_nodes=names_of(tasks), pending=pending_of(tasks, joins, None))
 
         def rewind_if_cut() -> None:
             if terminated[0] or spec.policy.on_cancel == "keep":

@@ -1,10 +1,11 @@
 """The runner against a reference runner made of reactivex operators only (``tests/_reference_runner.py``).
 
-Each case is a graph (chains, loops, conditional edges; synchronous, streaming, failing and thread-pool nodes) and a
-two-turn scenario on one thread: a first turn run to its end, then a second turn cut as the case says — a dispose at
-a tick (before or after that tick's events), ``timeout``, ``take_until``, ``take``, or a dispose from ``on_next`` —
-in virtual time, synchronously, or with nodes completing on a real thread pool. Both runners must give the same
-outputs (at the same ticks), the same terminal signal, the same checkpoints and the same head.
+Each case is a graph (chains, loops, conditional edges, a fan-out of branches into a join — by edges or by
+``Send``; synchronous, streaming, failing and thread-pool nodes) and a two-turn scenario on one thread: a first turn
+run to its end, then a second turn cut as the case says — a dispose at a tick (before or after that tick's events),
+``timeout``, ``take_until``, ``take``, or a dispose from ``on_next`` — in virtual time, synchronously, or with nodes
+completing on a real thread pool. Both runners must give the same outputs (at the same ticks), the same terminal
+signal, the same checkpoints and the same head.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rxgraph import (
     MemorySaver,
     NodeOutput,
     RunnableConfig,
+    Send,
     StateGraph,
     StreamingOutput,
 )
@@ -60,6 +62,9 @@ class Case:
     loops: int  # ... while fewer than this many visits
     recursion_limit: int
     cancel: tuple[str, float]  # (how, when) for the second turn: see _observe
+    branches: tuple[NodeCase, ...] = ()  # n0 fans out to these, which join into n1 (or END) ...
+    send: bool = False  # ... by Send items from a route instead of edges
+    max_concurrency: int | None = None
 
     def cut(self, how: str, when: float) -> Case:
         return dataclasses.replace(self, cancel=(how, when))
@@ -68,8 +73,12 @@ class Case:
 # -- building the case's graph ---------------------------------------------------------------------------------
 
 
-def _node_action(index: int, case: NodeCase, pool: ThreadPoolExecutor | None, effects: list[str]) -> Callable[..., Any]:
-    name = f"n{index}"
+def _node_action(
+    index: int, case: NodeCase, pool: ThreadPoolExecutor | None, effects: list[str], *, branch: bool = False
+) -> Callable[..., Any]:
+    """Node ``n{index}``, or branch ``b{index}`` (which writes only the APPEND key: branches of one superstep may
+    not both write a plain key)."""
+    name = f"b{index}" if branch else f"n{index}"
 
     def pulled(updates: list[dict[str, Any]]) -> Any:
         for number, update in enumerate(updates):
@@ -79,13 +88,21 @@ def _node_action(index: int, case: NodeCase, pool: ThreadPoolExecutor | None, ef
     def action(state: Mapping[str, Any]) -> Any:
         effects.append(f"{name} called")
         visits = state.get("visits", 0) + 1
+        if branch:
+            if case.kind == "update":
+                return {"log": name}
+            if case.kind == "pool":
+                assert pool is not None
+                return _on_the_pool(pool, {"log": name})
         if case.kind == "update":
             return {"log": name, "visits": visits}
         if case.kind == "none":
             return None
         if case.kind == "raise":
             raise ValueError(f"{name} failed")
-        updates = [{"log": f"{name}.{i}"} for i in range(case.chunks)] + [{"visits": visits}]
+        updates = [{"log": f"{name}.{i}"} for i in range(case.chunks)] + ([] if branch else [{"visits": visits}])
+        if not updates:
+            updates = [{"log": name}]
         if case.kind == "iterable":
             return rx.from_iterable(pulled(updates))
         if case.kind == "pool":
@@ -127,7 +144,23 @@ def build(case: Case, saver: MemorySaver, pool: ThreadPoolExecutor | None, effec
         reduce = _reduce if node.kind == "marbles_reduce" else None
         graph.add_node(names[index], _node_action(index, node, pool, effects), reduce=reduce)
     graph.add_edge(START, names[0])
+    branches = [f"b{i}" for i in range(len(case.branches))]
+    for index, node in enumerate(case.branches):
+        reduce = _reduce if node.kind == "marbles_reduce" else None
+        graph.add_node(branches[index], _node_action(index, node, pool, effects, branch=True), reduce=reduce)
+    if branches:
+        after = names[1] if len(names) > 1 else END
+        if case.send:
+            graph.add_conditional_edges(
+                names[0], lambda state: [Send(b, {"log": [], "visits": state.get("visits", 0)}) for b in branches]
+            )
+        else:
+            for branch in branches:
+                graph.add_edge(names[0], branch)
+        graph.add_edge(branches, after) if len(branches) > 1 else graph.add_edge(branches[0], after)
     for index, name in enumerate(names):
+        if branches and index == 0:
+            continue  # its way out is the fan-out
         ahead = names[index + 1] if index + 1 < len(names) else END
         skip = names[index + 2] if index + 2 < len(names) else END
         last = index == len(names) - 1
@@ -139,7 +172,7 @@ def build(case: Case, saver: MemorySaver, pool: ThreadPoolExecutor | None, effec
             return skip if case.skip_on_odd and visits % 2 else ahead
 
         graph.add_conditional_edges(name, route)
-    return graph.compile(checkpointer=saver)
+    return graph.compile(checkpointer=saver, max_concurrency=case.max_concurrency)
 
 
 # -- observing one scenario -------------------------------------------------------------------------------------
@@ -285,6 +318,10 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
         how = draw(st.sampled_from(["dispose_at", "dispose_late", "timeout", "take_until", "take"]))
     else:
         how = draw(st.sampled_from(["take", "dispose_on_next", "take_until_on_next"]))
+    branch_kind = st.sampled_from([k for k in kinds if k not in ("raise", "stream_error")])
+    branches = draw(
+        st.just(()) | st.lists(st.builds(NodeCase, branch_kind, st.integers(0, 2), st.integers(1, 3)), max_size=3)
+    )
     return Case(
         mode=mode,
         nodes=tuple(nodes),
@@ -293,6 +330,11 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
         loops=draw(st.integers(1, 4)),
         recursion_limit=draw(st.sampled_from([6, 25])),
         cancel=(how, 0.0),
+        branches=tuple(branches),
+        send=draw(st.booleans()) if branches else False,
+        # On a real pool, branches running at once interleave as the threads please: one at a time there, so that
+        # both runners' outputs can be compared event by event.
+        max_concurrency=(1 if mode == "pool" else draw(st.none() | st.integers(1, 2))) if branches else None,
     )
 
 
@@ -313,6 +355,7 @@ def cut_points(case: Case) -> list[Case]:
 
 
 COMPARED: dict[Mode, int] = {"virtual": 0, "sync": 0, "pool": 0}
+PARALLEL = [0]  # of those, the cases whose graph has a parallel superstep
 """How many cut cases each mode compared in this session (printed by the last test of the file)."""
 
 
@@ -320,6 +363,7 @@ def _same_at_every_point(case: Case) -> None:
     for cut in cut_points(case):
         _same(cut)
         COMPARED[case.mode] += 1
+        PARALLEL[0] += bool(case.branches)
 
 
 def _same(case: Case) -> None:
@@ -366,6 +410,7 @@ def test_many_cut_cases_were_compared(capsys: pytest.CaptureFixture[str]) -> Non
     whole file ran)."""
     total = sum(COMPARED.values())
     with capsys.disabled():
-        print(f"\ndifferential: {total} cut cases compared ({COMPARED})")
+        print(f"\ndifferential: {total} cut cases compared ({COMPARED}), {PARALLEL[0]} with a parallel superstep")
     if all(COMPARED.values()):  # the whole file ran, not a selection of it
         assert total >= 500
+        assert PARALLEL[0] >= 100
