@@ -47,7 +47,8 @@ def checkpoint_metadata(checkpoint: Checkpoint) -> dict[str, Any]:
     """What a checkpoint says about itself, as plain JSON data — everything but its thread and its values:
     ``seq``, ``id``, ``parent_id``, ``node``, ``next`` (a list), ``source``, ``run_id``, ``created_at`` (ISO 8601),
     ``messages`` (how many the ``messages`` key holds; None without one), ``safe``, ``unsafe_reason``,
-    ``rolled_back_from`` and ``error`` (a failed run's, as ``"Type: message"``)."""
+    ``rolled_back_from``, ``error`` (a failed run's, as ``"Type: message"``) and ``pending`` (the work a resume
+    needs — an interrupt waiting for its answer, ``Send`` payloads, joins waiting — or None)."""
     messages = checkpoint.values.get("messages")
     return {
         "seq": checkpoint.seq,
@@ -63,4 +64,5 @@ def checkpoint_metadata(checkpoint: Checkpoint) -> dict[str, Any]:
         "unsafe_reason": checkpoint.unsafe_reason,
         "rolled_back_from": checkpoint.rolled_back_from,
         "error": checkpoint.error,
+        "pending": to_json(checkpoint.pending) if checkpoint.pending else None,
     }

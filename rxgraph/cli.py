@@ -7,7 +7,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from inspect import Signature
 from pathlib import Path
@@ -418,11 +418,22 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
                 ]
                 for s in summaries
             ],
-            notes=[None if s["error"] is None else f"error: {_continued(s['error'], '      ')}" for s in summaries],
+            notes=[_note(s) for s in summaries],
         )
         return 0
     finally:
         saver.close()
+
+
+def _note(summary: Mapping[str, Any]) -> str | None:
+    """The line under a checkpoint's row: its error, or the interrupt it waits on."""
+    if summary["error"] is not None:
+        return f"error: {_continued(summary['error'], '      ')}"
+    waiting = (summary["pending"] or {}).get("interrupt")
+    if waiting is not None:
+        asked = json.dumps(waiting["value"], ensure_ascii=False)
+        return f"waits: interrupt {waiting['when']} {waiting['node']!r}, asking {_continued(asked, '      ')}"
+    return None
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
@@ -458,6 +469,11 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
             if not head.safe:
                 incomplete += 1
                 notes.append((thread, f"head seq {head.seq}: {head.unsafe_reason}"))
+            waiting = (head.pending or {}).get("interrupt")
+            if waiting is not None:
+                notes.append(
+                    (thread, f"waits on an interrupt {waiting['when']} {waiting['node']!r} (head seq {head.seq})")
+                )
             if head.error is not None:
                 failed += 1
                 error_text = _continued(head.error, "      ")

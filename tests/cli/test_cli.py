@@ -195,3 +195,20 @@ def test_a_cli_error_is_an_rxgraph_error_reported_in_one_line(
     assert issubclass(CliError, RxGraphError)
     assert main(["inspect", "--db", str(tmp_path / "nope.db")]) == 1
     assert capsys.readouterr().err == f"rxgraph inspect: error: no such database file: {tmp_path / 'nope.db'}\n"
+
+
+def test_inspect_and_check_say_what_a_thread_waits_on(tmp_path: Path) -> None:
+    from rxgraph import END, START, RunnableConfig, StateGraph, interrupt
+
+    db = tmp_path / "waiting.db"
+    with SqliteSaver(db) as saver:
+        graph = StateGraph().add_node("review", lambda s: {"ok": interrupt({"question": "Publish?"})})
+        app = graph.add_edge(START, "review").add_edge("review", END).compile(saver)
+        app.invoke({"draft": "hello"}, RunnableConfig(thread_id="post"))
+    table = run_rxgraph("inspect", "--db", str(db), "--thread", "post", cwd=tmp_path)
+    assert table.returncode == 0
+    assert """waits: interrupt inside 'review', asking {"question": "Publish?"}""" in table.stdout
+    data = json.loads(run_rxgraph("inspect", "--db", str(db), "--thread", "post", "--json", cwd=tmp_path).stdout)
+    assert data["checkpoints"][0]["pending"]["interrupt"]["value"] == {"question": "Publish?"}
+    check = run_rxgraph("check", "--db", str(db), cwd=tmp_path)
+    assert "post: waits on an interrupt inside 'review' (head seq 2)" in check.stdout

@@ -133,6 +133,7 @@ def test_state_and_history_read_the_thread_newest_first(
         "unsafe_reason": None,
         "rolled_back_from": None,
         "error": None,
+        "pending": None,
     }
 
     history = get(server, "/threads/t/history").json()["checkpoints"]
