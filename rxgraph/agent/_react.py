@@ -188,8 +188,13 @@ class ReactAgent:
         ``UnsafeHistoryError`` (with ``on_unsafe_head="error"``), ``CheckpointConflictError``, or the model's own
         error. A tool's failure does not fail the turn: it becomes an error ``ToolMessage`` the model reads.
 
+        A turn whose model calls a tool made with ``requires_approval=True`` stops before the tools run: its last
+        output is an ``InterruptOutput`` whose ``value`` is an ``ApprovalRequest``, and ``get_state(config).interrupt``
+        says so until a ``Command(resume={call_id: Approve() | Edit(...) | Reject(...)})`` turn answers it.
+
         Args:
-            input: the user's turn: its text, one message, or several messages.
+            input: the user's turn: its text, one message, or several messages — or a ``Command`` answering the
+                thread's pending tool approval.
             config: the thread, scheduler and limits of the turn (the recursion limit is raised to fit
                 ``max_iterations``).
 
@@ -202,7 +207,9 @@ class ReactAgent:
         return self.graph.stream(_turn_input(input), self._config(config))
 
     def invoke(self, input: AgentInput, config: RunnableConfig | None = None) -> AssistantMessage:
-        """Run one turn to the end and return the model's final answer. Blocks until the turn ends.
+        """Run one turn to the end and return the model's final answer. Blocks until the turn ends. A turn that
+        stopped for a tool approval returns the assistant message whose calls wait (its ``tool_calls``); the request
+        is ``get_state(config).interrupt.value``.
 
         Args:
             input: as for ``stream``.
