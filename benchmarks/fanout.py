@@ -67,12 +67,10 @@ def _work(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"results": [payload["i"]]}
 
 
-def rxgraph_fanout(shape: str, branches: int, saver: str) -> Callable[[], float]:
-    """One timed rxgraph run of the fan-out per call, each on a new thread; returns the run's seconds."""
-    builder = StateGraph({"results": KeyStrategy.APPEND})
-    builder.add_node("split", _split)
+def _fan_out(builder: Any, shape: str, branches: int, send: Callable[[str, Any], Any]) -> None:
+    """split -> the branches -> collect, on either library's builder (their methods for this are alike): ``edges``,
+    one node per branch and a join; ``send``, one node sent every payload."""
     builder.add_node("collect", _collect)
-    builder.add_edge(START, "split")
     if shape == "edges":
         names = [f"b{i}" for i in range(branches)]
         for i, name in enumerate(names):
@@ -81,9 +79,16 @@ def rxgraph_fanout(shape: str, branches: int, saver: str) -> Callable[[], float]
         builder.add_edge(names, "collect")
     else:
         builder.add_node("work", _work)
-        builder.add_conditional_edges("split", lambda state: [Send("work", {"i": i}) for i in range(branches)])
+        builder.add_conditional_edges("split", lambda state: [send("work", {"i": i}) for i in range(branches)])
         builder.add_edge("work", "collect")
-    builder.add_edge("collect", END)
+
+
+def rxgraph_fanout(shape: str, branches: int, saver: str) -> Callable[[], float]:
+    """One timed rxgraph run of the fan-out per call, each on a new thread; returns the run's seconds."""
+    builder = StateGraph({"results": KeyStrategy.APPEND})
+    builder.add_node("split", _split)
+    _fan_out(builder, shape, branches, Send)
+    builder.add_edge(START, "split").add_edge("collect", END)
     graph = builder.compile(checkpointer=MemorySaver() if saver == "memory" else None)
     threads = itertools.count()
 
@@ -115,18 +120,8 @@ def langgraph_fanout(shape: str, branches: int, saver: str) -> Callable[[], floa
 
     builder: Any = lg.StateGraph(LangGraphState)
     builder.add_node("split", split)
-    builder.add_node("collect", _collect)
+    _fan_out(builder, shape, branches, LangGraphSend)
     builder.add_edge(lg.START, "split")
-    if shape == "edges":
-        names = [f"b{i}" for i in range(branches)]
-        for i, name in enumerate(names):
-            builder.add_node(name, _branch(i))
-            builder.add_edge("split", name)
-        builder.add_edge(names, "collect")
-    else:
-        builder.add_node("work", _work)
-        builder.add_conditional_edges("split", lambda state: [LangGraphSend("work", {"i": i}) for i in range(branches)])
-        builder.add_edge("work", "collect")
     builder.add_edge("collect", lg.END)
     graph = builder.compile(checkpointer=InMemorySaver() if saver == "memory" else None)
     threads = itertools.count()

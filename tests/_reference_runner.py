@@ -148,14 +148,12 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         ) -> Observable[Any]:
             if writer.cancelled:
                 return rx.empty()
-            owners: dict[str, str] = {}
-            for task, updates in zip(tasks, results, strict=True):
-                name = task_node(task)
-                for update in updates:
-                    for key in update or {}:
-                        if not spec.schema.has_reducer(key) and owners.setdefault(key, name) != name:
-                            return rx.throw(InvalidUpdateError(f"{key!r} written twice in a superstep", node=name))
-                    state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
+            try:
+                state = spec.schema.merge_superstep(
+                    state, [(task_node(task), updates) for task, updates in zip(tasks, results, strict=True)]
+                )
+            except InvalidUpdateError as error:
+                return rx.throw(error)
             finished = tuple(dict.fromkeys(task_node(task) for task in tasks))
             following, joins = spec.advance(finished, state, joins)
             checkpoint = writer.commit(

@@ -94,6 +94,9 @@ _new = object.__new__
 # Phases of one streaming step, to hand its completion to whoever must run the tail (see Run.step_completed).
 _SUBSCRIBING, _COMPLETED_WHILE_SUBSCRIBING, _WAITING = 0, 1, 2
 
+# What calling a node gave (see Run.open_step): its update, a chunk stream, or a result that comes later.
+_UPDATE, _STREAM, _LATE = object(), object(), object()
+
 
 class _Step:
     """Observes one node's chunk stream: forwards each chunk, keeps them for the tail.
@@ -306,44 +309,23 @@ class _Superstep:
     def _start(self, index: int) -> None:
         run = self.run
         task = self.tasks[index]
-        name = task_node(task)
-        node = run.spec.nodes[name]
+        node = run.spec.nodes[task_node(task)]
         view: Any = self.state_view if type(task) is str else freeze(task.arg)  # type: ignore[union-attr]
         step = _Step(run, node, view)
         step.group = self
         step.index = index
         step._emit = self.emit
         self.steps.append(step)
-        if node.scheduler is not None:
-            source: Any = _called_on(node.scheduler, functools.partial(run._call, node, view, index))
-            late = True
-        else:
-            try:
-                result = run._call(node, view, index)
-            except Exception as error:
-                step.on_error(error)
-                return
-            if result is None or isinstance(result, Mapping):
-                step.updates = (result,)
-                step.on_completed()
-                return
-            late = not isinstance(result, abc.ObservableBase)
-            if late and inspect.isawaitable(result):
-                result = from_awaitable(result, run.info.loop)
-            elif late:
-                step.on_error(result if isinstance(result, NodeInterrupt) else _not_a_result(name, result))
-                return
-            source = result
-        if run.disposed:
+        try:
+            kind, result = run.open_step(node, view, index)
+        except Exception as error:
+            step.on_error(error)
             return
-        if late:
-            resolver = _Late(run, step)
-            self.disposables.add(resolver.inner)
-            self.disposables.add(subscribe_source(source, resolver.on_next, step.on_error, resolver.on_completed, None))
-        else:
-            self.disposables.add(
-                subscribe_source(source, step.on_next, step.on_error, step.on_completed, run.scheduler)
-            )
+        if kind is _UPDATE:
+            step.updates = (result,)
+            step.on_completed()
+        elif not run.disposed:
+            self.disposables.add(run.subscribe_step(step, result, late=kind is _LATE))
 
     def branch_done(self, step: _Step) -> None:
         try:
@@ -664,51 +646,60 @@ class Run:
                 if not self._superstep(tasks):
                     return
                 continue
-            name = tasks[0]
-            node = nodes[name]
+            node = nodes[tasks[0]]
             state_view = MappingProxyType(self.state)
-            if node.scheduler is not None:
-                # Blocking work: the action is called on the node's scheduler, and its result comes back later.
-                result: Any = _called_on(node.scheduler, functools.partial(self._call, node, state_view, 0))
-                late = True
-            else:
-                try:
-                    result = self._call(node, state_view, 0)
-                except Exception as error:
-                    self.fail(error)
+            try:
+                kind, result = self.open_step(node, state_view, 0)
+            except Exception as error:
+                self.fail(error)
+                return
+            if kind is _UPDATE:
+                # The zero-chunk case of the same step: straight to the tail.
+                if not self._tail(node, (result,)):
                     return
-                if result is None or isinstance(result, Mapping):
-                    # The zero-chunk case of the same step: straight to the tail.
-                    if not self._tail(node, (result,)):
-                        return
-                    continue
-                # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
-                late = not isinstance(result, abc.ObservableBase)
-                if late and inspect.isawaitable(result):
-                    result = from_awaitable(result, self.info.loop)
-                elif late:
-                    self.fail(result if isinstance(result, NodeInterrupt) else _not_a_result(name, result))
-                    return
+                continue
             step = self.step = _Step(self, node, state_view)
             if self.disposed:
                 return  # cancelled while the action ran; cancel() may have missed this step, so do not start it
             # An error while subscribing reaches step.on_error (so the run fails) and the loop stops below.
-            if late:
-                resolver = _Late(self, step)
-                self.current.disposable = CompositeDisposable(
-                    subscribe_source(result, resolver.on_next, step.on_error, resolver.on_completed, None),
-                    resolver.inner,
-                )
-            else:
-                self.current.disposable = subscribe_source(
-                    result, step.on_next, step.on_error, step.on_completed, self.scheduler
-                )
+            self.current.disposable = self.subscribe_step(step, result, late=kind is _LATE)
             with step.lock:
                 if step.phase != _COMPLETED_WHILE_SUBSCRIBING:
                     step.phase = _WAITING
                     return  # its completion, when it comes, runs the tail and drives on
             if not self._tail_of_stream(step):
                 return
+
+    def open_step(self, node: NodeSpec, state_view: Any, index: int) -> tuple[object, Any]:
+        """Call task ``index``'s node (or have it called on its scheduler): ``(_UPDATE, update)`` for an update
+        returned at once, ``(_STREAM, observable)`` for a chunk stream, ``(_LATE, observable)`` for a result that
+        comes later (an action on the node's scheduler, a coroutine), which ``_Late`` resolves.
+
+        Raises:
+            Exception: what the action raised; the ``NodeInterrupt`` it returned; ``InvalidUpdateError`` for a
+                result that is none of those.
+        """
+        if node.scheduler is not None:
+            # Blocking work: the action is called on the node's scheduler, and its result comes back later.
+            return _LATE, _called_on(node.scheduler, functools.partial(self._call, node, state_view, index))
+        result = self._call(node, state_view, index)
+        if result is None or isinstance(result, Mapping):
+            return _UPDATE, result
+        # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
+        if isinstance(result, abc.ObservableBase):
+            return _STREAM, result
+        if inspect.isawaitable(result):
+            return _LATE, from_awaitable(result, self.info.loop)
+        raise result if isinstance(result, NodeInterrupt) else _not_a_result(node.name, result)
+
+    def subscribe_step(self, step: _Step, source: Any, *, late: bool) -> abc.DisposableBase:
+        """Subscribe ``step`` to its node's stream (through ``_Late`` for a result that comes later)."""
+        if not late:
+            return subscribe_source(source, step.on_next, step.on_error, step.on_completed, self.scheduler)
+        resolver = _Late(self, step)
+        return CompositeDisposable(
+            subscribe_source(source, resolver.on_next, step.on_error, resolver.on_completed, None), resolver.inner
+        )
 
     def _superstep(self, tasks: tuple[Task, ...]) -> bool:
         """Start every task of a parallel superstep; True when all of them finished synchronously and the drive
@@ -743,23 +734,10 @@ class Run:
         if self.disposed or writer.cancelled:
             return False
         try:
-            state = self.state
-            schema = spec.schema
-            owners: dict[str, str] = {}
-            for task, updates in zip(group.tasks, group.results, strict=True):
-                name = task_node(task)
-                for update in updates or ():
-                    if isinstance(update, Mapping):
-                        for key in update:
-                            owner = owners.setdefault(key, name) if not schema.has_reducer(key) else name
-                            if owner is not name:
-                                raise InvalidUpdateError(
-                                    f"nodes {owner!r} and {name!r} both wrote state key {key!r} in one superstep, "
-                                    "and it has no reducer to combine them; give the key a strategy (KeyStrategy."
-                                    "APPEND, MERGE or a function) or write it from one node",
-                                    node=name,
-                                )
-                    state = schema.merge(state, update, origin=f"node {name!r}", node=name)
+            state = spec.schema.merge_superstep(
+                self.state,
+                [(task_node(task), updates or ()) for task, updates in zip(group.tasks, group.results, strict=True)],
+            )
             finished = tuple(dict.fromkeys(task_node(task) for task in group.tasks))
             tasks, joins = spec.advance(finished, state, self.joins)
             stop = self._stop_after(finished, tasks)

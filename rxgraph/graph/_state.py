@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .._frozen import FrozenDict, FrozenList, freeze
@@ -133,6 +133,34 @@ class StateSchema:
         """True when updates to ``key`` combine with its value (``APPEND``, ``MERGE`` or a reducer function), False
         when the last update simply wins (``REPLACE``, declared or by default)."""
         return self._strategies.get(key, KeyStrategy.REPLACE) is not KeyStrategy.REPLACE
+
+    def merge_superstep(
+        self, state: Mapping[str, Any], updates: Sequence[tuple[str, Sequence[Mapping[str, Any] | None]]]
+    ) -> dict[str, Any]:
+        """A new state: the updates of one superstep's tasks (``(node, its updates)`` in task order) merged in that
+        order. A key with no reducer (``REPLACE``) may be written by one task only: two tasks running in parallel
+        have no order in which one of them should win.
+
+        Raises:
+            InvalidUpdateError: two tasks wrote one key that has no reducer, or an update does not fit (see
+                ``merge``).
+        """
+        owners: dict[str, str] = {}
+        new: Mapping[str, Any] = state
+        for node, node_updates in updates:
+            for update in node_updates:
+                if isinstance(update, Mapping):
+                    for key in update:
+                        owner = owners.setdefault(key, node) if not self.has_reducer(key) else node
+                        if owner != node:
+                            raise InvalidUpdateError(
+                                f"nodes {owner!r} and {node!r} both wrote state key {key!r} in one superstep, and it "
+                                "has no reducer to combine them; give the key a strategy (KeyStrategy.APPEND, MERGE "
+                                "or a function) or write it from one node",
+                                node=node,
+                            )
+                new = self.merge(new, update, origin=f"node {node!r}", node=node)
+        return dict(new)
 
     def merge(
         self, state: Mapping[str, Any], update: Mapping[str, Any] | None, *, origin: str, node: str | None = None
