@@ -40,7 +40,7 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -159,6 +159,16 @@ class _Step:
         self.busy = False
         if self.pending:
             self.run.deliver_pending()
+
+    def result(self) -> Any:
+        """The step's updates, once its stream completed (an update that came late, or what its chunks make).
+
+        Raises:
+            Exception: what the node's ``reduce`` raised; ``InvalidUpdateError`` for chunks that make no update.
+        """
+        if self.updates is not None:
+            return self.updates
+        return self.node.updates_from_chunks(self.chunks, self.state_view)
 
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
@@ -329,11 +339,7 @@ class _Superstep:
 
     def branch_done(self, step: _Step) -> None:
         try:
-            updates = (
-                step.updates
-                if step.updates is not None
-                else step.node.updates_from_chunks(step.chunks, step.state_view)
-            )
+            updates = step.result()
         except Exception as error:
             self.run.fail(error)
             return
@@ -730,37 +736,18 @@ class Run:
 
     def _superstep_tail(self, group: _Superstep) -> bool:
         """Merge the branches' updates in task order, write one checkpoint, emit a NodeOutput per task, route."""
-        writer, spec = self.writer, self.spec
-        if self.disposed or writer.cancelled:
+        if self.disposed or self.writer.cancelled:
             return False
-        try:
-            state = spec.schema.merge_superstep(
-                self.state,
-                [(task_node(task), updates or ()) for task, updates in zip(group.tasks, group.results, strict=True)],
-            )
-            finished = tuple(dict.fromkeys(task_node(task) for task in group.tasks))
-            tasks, joins = spec.advance(finished, state, self.joins)
-            stop = self._stop_after(finished, tasks)
-            checkpoint = writer.commit(
-                state,
-                node=",".join(finished),
-                next_nodes=names_of(tasks),
-                source="loop",
-                pending=pending_of(tasks, joins, stop),
-            )
-        except Exception as error:
-            self.fail(error)
-            return False
-        if checkpoint is None and writer.saver is not None:
-            return False  # cancelled under the write lock
-        self.state = state
-        self.next, self.joins, self.interrupt_at = tasks, joins, stop
+        tasks_updates = [
+            (task_node(task), updates or ()) for task, updates in zip(group.tasks, group.results, strict=True)
+        ]
         self.group = None
-        if self.on_updates is not None:
-            self.on_updates(tuple(update for updates in group.results for update in updates or ()))
-        view = MappingProxyType(state)
-        checkpoint_id = checkpoint.id if checkpoint is not None else None
-        return all(self._emit(NodeOutput(task_node(task), view, checkpoint_id=checkpoint_id)) for task in group.tasks)
+        return self._land(
+            tuple(dict.fromkeys(name for name, _ in tasks_updates)),
+            lambda: self.spec.schema.merge_superstep(self.state, tasks_updates),
+            tuple(update for _, updates in tasks_updates for update in updates),
+            [name for name, _ in tasks_updates],
+        )
 
     def step_completed(self, step: _Step) -> None:
         if step.group is not None:
@@ -819,11 +806,7 @@ class Run:
         if self.disposed:  # the tail is subscribed only while the run is
             return False
         try:
-            updates = (
-                step.updates
-                if step.updates is not None
-                else step.node.updates_from_chunks(step.chunks, step.state_view)
-            )
+            updates = step.result()
         except Exception as error:
             self.fail(error)
             return False
@@ -831,19 +814,35 @@ class Run:
 
     def _tail(self, node: NodeSpec, updates: Any) -> bool:
         """Merge, write, emit, route. Returns False when the run ended (cancelled, failed) and must not go on."""
-        writer, spec = self.writer, self.spec
-        if self.disposed or writer.cancelled:
+        if self.disposed or self.writer.cancelled:
             return False
-        try:
-            state = self.state
+        name = node.name
+
+        def merged() -> dict[str, Any]:
+            state, merge = self.state, self.spec.schema.merge
             for update in updates:
-                state = spec.schema.merge(state, update, origin=f"node {node.name!r}", node=node.name)
-            finished = (node.name,)
+                state = merge(state, update, origin=f"node {name!r}", node=name)
+            return state
+
+        return self._land((name,), merged, tuple(updates), (name,))
+
+    def _land(
+        self,
+        finished: tuple[str, ...],
+        merged: Callable[[], dict[str, Any]],
+        updates: tuple[Any, ...],
+        outputs: Sequence[str],
+    ) -> bool:
+        """The end of a superstep (one step or several tasks): merge, route, write its one checkpoint, then a
+        ``NodeOutput`` per task (``outputs``). False when the run ended (failed, or cancelled under the write lock)."""
+        writer, spec = self.writer, self.spec
+        try:
+            state = merged()
             tasks, joins = spec.advance(finished, state, self.joins)
             stop = self._stop_after(finished, tasks) if spec.interrupt_after or spec.interrupt_before else None
             checkpoint = writer.commit(
                 state,
-                node=node.name,
+                node=",".join(finished),
                 next_nodes=names_of(tasks),
                 source="loop",
                 pending=pending_of(tasks, joins, stop) if joins or stop or _has_send(tasks) else None,
@@ -856,10 +855,10 @@ class Run:
         self.state = state
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
         if self.on_updates is not None:
-            self.on_updates(tuple(updates))
-        return self._emit(
-            NodeOutput(node.name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
-        )
+            self.on_updates(updates)
+        view = MappingProxyType(state)
+        checkpoint_id = checkpoint.id if checkpoint is not None else None
+        return all(self._emit(NodeOutput(name, view, checkpoint_id=checkpoint_id)) for name in outputs)
 
     def _emit(self, output: RunOutput) -> bool:
         """Hand an output to the subscriber unless the run was cancelled; False when the run must stop."""
