@@ -8,6 +8,9 @@ Usage: ``python _runs_worker.py CONNINFO SCHEMA MODE ...``
 - ``hold NAME THREAD POLICY``: one turn whose tool waits for a line on stdin; prints ``started`` when the tool runs,
   and at the end ``{"outcome": "completed" | "<ErrorType>", "message": ...}``.
 - ``turn NAME THREAD POLICY``: one turn; prints ``started`` when the tool runs and the same outcome line.
+- ``ask NAME THREAD``: one turn whose weather tool needs approval; prints ``{"asked": [call ids]}`` once it stopped.
+- ``answer THREAD DECISION``: answers that thread's approval (``approve`` or ``reject``) in this process; prints
+  ``{"outcome": ..., "ran": true | false, "answer": the model's last text}``.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import reactivex as rx
 from reactivex import operators as ops
 from reactivex.scheduler import ThreadPoolScheduler
 
-from rxgraph import RunnableConfig
-from rxgraph.agent import ChatChunk, ReactAgent, ToolCallDelta, ToolSpec, tool
+from rxgraph import Command, RunnableConfig
+from rxgraph.agent import Approve, ChatChunk, ReactAgent, Reject, ToolCallDelta, ToolSpec, tool
 from rxgraph.checkpoint import PostgresSaver
 from rxgraph.messages import Message, ToolMessage, request_violations
 
@@ -107,9 +110,40 @@ def one(conninfo: str, schema: str, name: str, thread: str, policy: str, *, hold
     return {"outcome": kind, "message": message}
 
 
+def approval(conninfo: str, schema: str, mode: str, *rest: str) -> dict[str, Any]:
+    ran: list[bool] = []
+
+    @tool(requires_approval=True)
+    def weather() -> str:
+        """The weather."""
+        ran.append(True)
+        return "sunny"
+
+    with PostgresSaver(conninfo, schema=schema) as saver:
+        agent = ReactAgent(WeatherModel(), tools=[weather], checkpointer=saver)
+        if mode == "ask":
+            name, thread = rest
+            agent.invoke(name, RunnableConfig(thread_id=thread))
+            pending = agent.get_state(RunnableConfig(thread_id=thread)).interrupt
+            assert pending is not None
+            return {"asked": [call.id for call in pending.value.calls]}
+        thread, decision = rest
+        config = RunnableConfig(thread_id=thread)
+        pending = agent.get_state(config).interrupt
+        assert pending is not None, "no approval is pending on the thread"
+        answer = Approve() if decision == "approve" else Reject(reason="no")
+        final = agent.invoke(Command(resume={call.id: answer for call in pending.value.calls}), config)
+        return {"outcome": "completed", "ran": bool(ran), "answer": final.content}
+
+
 def main(argv: list[str]) -> int:
     conninfo, schema, mode, *rest = argv
-    result = turns(conninfo, schema, *rest) if mode == "turns" else one(conninfo, schema, *rest, hold=mode == "hold")
+    if mode in ("ask", "answer"):
+        result = approval(conninfo, schema, mode, *rest)
+    elif mode == "turns":
+        result = turns(conninfo, schema, *rest)
+    else:
+        result = one(conninfo, schema, *rest, hold=mode == "hold")
     print(json.dumps(result), flush=True)
     return 0
 

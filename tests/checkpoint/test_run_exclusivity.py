@@ -249,3 +249,21 @@ def test_the_same_policies_hold_between_two_savers_of_one_process(postgres_serve
         runner.join(30)
         assert outcome and second.invoke("second", config)
         assert user_texts(two, "t") == ["first", "second"]
+
+
+def test_an_approval_asked_in_one_process_is_answered_in_another(
+    workers: list[Worker], postgres_server: str, postgres_schema: str
+) -> None:
+    asking = spawn(workers, postgres_server, postgres_schema, "ask", "weather?", "t")
+    assert asking.result() == {"asked": ["c1"]}  # the model's call, waiting; the process has exited
+    answering = spawn(workers, postgres_server, postgres_schema, "answer", "t", "approve")
+    assert answering.result() == {"outcome": "completed", "ran": True, "answer": "Sunny all day."}
+
+    again = spawn(workers, postgres_server, postgres_schema, "ask", "and tomorrow?", "t")
+    assert again.result() == {"asked": ["c5"]}
+    rejecting = spawn(workers, postgres_server, postgres_schema, "answer", "t", "reject")
+    assert rejecting.result() == {"outcome": "completed", "ran": False, "answer": "Sunny all day."}
+    with PostgresSaver(postgres_server, schema=postgres_schema) as saver:
+        head = saver.get("t")
+        assert head is not None and head.safe and head.pending is None
+        assert request_violations(list(head.values["messages"])) == []  # WeatherModel checked every request too
