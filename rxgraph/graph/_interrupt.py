@@ -3,7 +3,8 @@ checkpoint keeps for it (the interrupt, ``Send`` payloads, join progress)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +23,7 @@ __all__ = [
     "leave_scope",
     "names_of",
     "pending_of",
+    "scoped",
     "tasks_of",
 ]
 
@@ -100,8 +102,8 @@ def interrupt(value: Any = None) -> Any:
     """Stop the run here and ask for ``value``'s answer; when the run is resumed with ``Command(resume=answer)``,
     the node runs again from its start and this call returns ``answer``.
 
-    Call it in a node's action (its synchronous code: an ``async def`` node returns ``NodeInterrupt(value)``
-    instead). The run ends with an ``InterruptOutput``; the thread's head is the state before the node's
+    Call it in a node's action (plain or ``async def``; an ``async def`` node may also return ``NodeInterrupt(value)``).
+    The run ends with an ``InterruptOutput``; the thread's head is the state before the node's
     superstep, with the interrupt pending (``get_state(config).interrupt``). A node that calls ``interrupt``
     several times gets each answer back in order when it is resumed; what it did before the call runs again on
     every resume, so keep side effects after it (or idempotent).
@@ -113,8 +115,8 @@ def interrupt(value: Any = None) -> Any:
     scope = _scope.get()
     if scope is None:
         raise InvalidArgumentError(
-            "interrupt() is called from a node's action while the graph runs it (in an async def node, return "
-            "NodeInterrupt(value) instead)",
+            "interrupt() is called from a node's action while the graph runs it (not from a thread or a task the "
+            "node started: return NodeInterrupt(value) from the node instead)",
             argument="value",
         )
     index = scope.used
@@ -131,6 +133,20 @@ def enter_scope(resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None 
 
 def leave_scope(token: Any) -> None:
     _scope.reset(token)
+
+
+async def _in_scope(coroutine: Coroutine[Any, Any, Any], resumes: Sequence[Any], subgraph: Any) -> Any:
+    token = _scope.set(_Scope(resumes, subgraph))
+    try:
+        return await coroutine
+    finally:
+        _scope.reset(token)
+
+
+def scoped(result: Any, resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> Any:
+    """``result`` as a node call returned it — a coroutine wrapped so that its body runs in an ``interrupt()`` scope
+    of its own (an ``async def`` node's body runs later, on the run's loop, outside the call's scope)."""
+    return _in_scope(result, resumes, subgraph) if inspect.iscoroutine(result) else result
 
 
 def current_resumes() -> tuple[tuple[Any, ...], Mapping[str, Any] | None]:

@@ -19,7 +19,7 @@ from reactivex.scheduler import TimeoutScheduler
 from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
-from ._interrupt import current_resumes, enter_scope, leave_scope
+from ._interrupt import current_resumes, enter_scope, leave_scope, scoped
 from ._outputs import SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
 from ._run_info import RunInfo
@@ -182,7 +182,7 @@ class NodeSpec:
     ) -> abc.ObservableBase[Any]:
         token = enter_scope(resumes, subgraph)
         try:
-            return _as_chunks(self.name, self._call(state, config, run), run)
+            return _as_chunks(self.name, scoped(self._call(state, config, run), resumes, subgraph), run)
         finally:
             leave_scope(token)
 

@@ -76,6 +76,7 @@ from ._interrupt import (
     leave_scope,
     names_of,
     pending_of,
+    scoped,
     tasks_of,
 )
 from ._node import NodeSpec
@@ -609,12 +610,11 @@ class Run:
     def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
         """Call a node's action inside its ``interrupt()`` scope (with its answers, when this run resumes it)."""
         resuming = self.resuming
-        if resuming is not None and resuming.task == index and resuming.node == node.name:
-            token = enter_scope(resuming.resumes, resuming.subgraph)
-        else:
-            token = enter_scope()
+        answers = resuming is not None and resuming.task == index and resuming.node == node.name
+        resumes, subgraph = (resuming.resumes, resuming.subgraph) if answers else ((), None)  # type: ignore[union-attr]
+        token = enter_scope(resumes, subgraph)
         try:
-            return node.call(state_view, self.config, self.info)
+            return scoped(node.call(state_view, self.config, self.info), resumes, subgraph)
         finally:
             leave_scope(token)
 

@@ -258,3 +258,22 @@ def test_a_node_with_a_retry_policy_interrupts_and_is_never_retried_for_it(
     assert attempts == ["call", "call"]
     assert app.invoke(Command(resume="yes"), config) == {"answer": "yes"}
     assert attempts == ["call", "call", "call"]
+
+
+@pytest.mark.parametrize("policy", [None, RetryPolicy(max_attempts=2, backoff=0.0)], ids=["plain", "retried"])
+def test_an_async_node_asks_with_interrupt_and_gets_its_answers_in_order(
+    saver_factory: Callable[[], CheckpointSaver], policy: RetryPolicy | None
+) -> None:
+    async def form(state: Any) -> dict[str, Any]:
+        name = interrupt("name?")
+        age = interrupt("age?")  # the body runs on the run's loop, in a scope of its own
+        return {"name": name, "age": age}
+
+    graph = StateGraph().add_node("form", form, retry=policy)
+    app = graph.add_edge(START, "form").add_edge("form", END).compile(saver_factory())
+    config = RunnableConfig(thread_id="t")
+    assert app.invoke({}, config) == {}
+    assert app.get_state(config).interrupt == PendingInterrupt("form", "inside", "name?")
+    app.invoke(Command(resume="Ada"), config)
+    assert app.get_state(config).interrupt == PendingInterrupt("form", "inside", "age?", resumes=("Ada",))
+    assert app.invoke(Command(resume=36), config) == {"name": "Ada", "age": 36}
