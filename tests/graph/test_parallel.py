@@ -317,3 +317,26 @@ def test_a_cancel_while_pool_branches_block_rewinds_and_late_results_write_nothi
         "late",
         "late",
     ]
+
+
+def test_async_branches_run_concurrently_on_the_loop_of_astream() -> None:
+    import asyncio
+
+    async def scenario() -> Any:
+        ready = asyncio.Event()
+
+        async def waits(state: Any) -> dict[str, Any]:
+            await asyncio.wait_for(ready.wait(), 30)  # only the other branch can set it
+            return {"log": "waited"}
+
+        async def sets(state: Any) -> dict[str, Any]:
+            ready.set()
+            return {"log": "set"}
+
+        graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("a", lambda s: None)
+        graph.add_node("waits", waits).add_node("sets", sets).add_edge("a", "waits").add_edge("a", "sets")
+        app = graph.add_edge(START, "a").add_edge(["waits", "sets"], END).compile()
+        outputs = [output async for output in app.astream({})]
+        return outputs[-1].state["log"]
+
+    assert asyncio.run(scenario()) == ["waited", "set"]  # task order, though "sets" finished first
