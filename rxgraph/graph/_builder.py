@@ -73,9 +73,10 @@ class StateGraph:
         A ``CompiledGraph`` as the action is a subgraph: its run is this node's step. It starts from this graph's
         state (or a ``Send``'s payload), its outputs stream as ``SubgraphEvent`` chunks (with their ``path``), and the
         updates its nodes made are merged into this graph's state, with this graph's key strategies, when it ends.
-        It has no checkpoints of its own: a cancel, a failure or a crash inside it leaves the parent as for any
-        node (the rewind is the parent turn's boundary, and a resume runs it again from its start), while an
-        interrupt inside it is kept in the parent's checkpoint and ``Command(resume=...)`` goes on inside it.
+        Its checkpoints are the parent's: after each inner step the parent's thread gets a checkpoint under the
+        node's namespace (``node`` ``"sub/inner"``, the parent's state unchanged, the inner state in its
+        ``pending``), so a resume after a failure or a crash goes on inside the subgraph from its last step, an
+        interrupt inside it resumes into it, and a cancel rewinds it with the parent's turn.
 
         Args:
             name: a name no other node has (not ``START`` or ``END``).

@@ -4,7 +4,7 @@ checkpoint keeps for it (the interrupt, ``Send`` payloads, join progress)."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -14,10 +14,12 @@ from ..errors import InvalidArgumentError, NodeInterrupt
 from ._edges import JoinProgress, Send, Task, task_node
 
 __all__ = [
+    "NO_CALL",
+    "CallScope",
     "Command",
     "InterruptWhen",
     "PendingInterrupt",
-    "current_resumes",
+    "current_call",
     "enter_scope",
     "interrupt",
     "leave_scope",
@@ -84,14 +86,27 @@ class PendingInterrupt:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CallScope:
+    """What one node call knows beyond its state: the answers to its ``interrupt()`` calls (a resumed node), the
+    inner state of the subgraph it goes on with, and how a subgraph saves its progress in the parent's thread
+    (``save(inner_node, inner_state)``)."""
+
+    resumes: tuple[Any, ...] = ()
+    subgraph: Mapping[str, Any] | None = None
+    save: Callable[[str, Mapping[str, Any]], None] | None = None
+
+
+NO_CALL = CallScope()
+
+
 class _Scope:
-    """The ``interrupt()`` calls of one node call: which answers it has, and how many it used."""
+    """The ``interrupt()`` calls of one node call: what it was given, and how many answers it used."""
 
-    __slots__ = ("resumes", "subgraph", "used")
+    __slots__ = ("call", "used")
 
-    def __init__(self, resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> None:
-        self.resumes = tuple(resumes)
-        self.subgraph = subgraph
+    def __init__(self, call: CallScope) -> None:
+        self.call = call
         self.used = 0
 
 
@@ -120,40 +135,39 @@ def interrupt(value: Any = None) -> Any:
             argument="value",
         )
     index = scope.used
-    if index < len(scope.resumes):
+    if index < len(scope.call.resumes):
         scope.used += 1
-        return scope.resumes[index]
+        return scope.call.resumes[index]
     raise NodeInterrupt(freeze(value), index=index)
 
 
-def enter_scope(resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> Any:
-    """Open the ``interrupt()`` scope of one node call; returns the token ``leave_scope`` takes."""
-    return _scope.set(_Scope(resumes, subgraph))
+def enter_scope(call: CallScope = NO_CALL) -> Any:
+    """Open the scope of one node call; returns the token ``leave_scope`` takes."""
+    return _scope.set(_Scope(call))
 
 
 def leave_scope(token: Any) -> None:
     _scope.reset(token)
 
 
-async def _in_scope(coroutine: Coroutine[Any, Any, Any], resumes: Sequence[Any], subgraph: Any) -> Any:
-    token = _scope.set(_Scope(resumes, subgraph))
+async def _in_scope(coroutine: Coroutine[Any, Any, Any], call: CallScope) -> Any:
+    token = _scope.set(_Scope(call))
     try:
         return await coroutine
     finally:
         _scope.reset(token)
 
 
-def scoped(result: Any, resumes: Sequence[Any] = (), subgraph: Mapping[str, Any] | None = None) -> Any:
-    """``result`` as a node call returned it — a coroutine wrapped so that its body runs in an ``interrupt()`` scope
-    of its own (an ``async def`` node's body runs later, on the run's loop, outside the call's scope)."""
-    return _in_scope(result, resumes, subgraph) if inspect.iscoroutine(result) else result
+def scoped(result: Any, call: CallScope) -> Any:
+    """``result`` as a node call returned it — a coroutine wrapped so that its body runs in a scope of its own (an
+    ``async def`` node's body runs later, on the run's loop, outside the call's scope)."""
+    return _in_scope(result, call) if inspect.iscoroutine(result) else result
 
 
-def current_resumes() -> tuple[tuple[Any, ...], Mapping[str, Any] | None]:
-    """The answers of the node call running now, and the inner state of the subgraph it resumes (for a node whose
-    attempts run later, each in a scope of its own)."""
+def current_call() -> CallScope:
+    """The scope of the node call running now (for a node whose attempts run later, each in a scope of its own)."""
     scope = _scope.get()
-    return (scope.resumes, scope.subgraph) if scope is not None else ((), None)
+    return scope.call if scope is not None else NO_CALL
 
 
 def pending_of(tasks: Sequence[Task], joins: JoinProgress, interrupt: PendingInterrupt | None) -> dict[str, Any] | None:

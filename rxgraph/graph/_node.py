@@ -19,7 +19,7 @@ from reactivex.scheduler import TimeoutScheduler
 from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
-from ._interrupt import current_resumes, enter_scope, leave_scope, scoped
+from ._interrupt import CallScope, current_call, enter_scope, leave_scope, scoped
 from ._outputs import SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
 from ._run_info import RunInfo
@@ -164,7 +164,7 @@ class NodeSpec:
             return self._call(state, config, run)
         # Every attempt calls the action afresh: in an interrupt() scope of its own, with this call's answers.
         return run_attempts(
-            functools.partial(self._attempt_in_scope, *current_resumes(), state, config, run),
+            functools.partial(self._attempt_in_scope, current_call(), state, config, run),
             node=self.name,
             retry=self.retry,
             timeout=self.timeout,
@@ -173,16 +173,11 @@ class NodeSpec:
         )
 
     def _attempt_in_scope(
-        self,
-        resumes: tuple[Any, ...],
-        subgraph: Mapping[str, Any] | None,
-        state: Mapping[str, Any],
-        config: RunnableConfig,
-        run: RunInfo,
+        self, call: CallScope, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo
     ) -> abc.ObservableBase[Any]:
-        token = enter_scope(resumes, subgraph)
+        token = enter_scope(call)
         try:
-            return _as_chunks(self.name, scoped(self._call(state, config, run), resumes, subgraph), run)
+            return _as_chunks(self.name, scoped(self._call(state, config, run), call), run)
         finally:
             leave_scope(token)
 

@@ -70,6 +70,8 @@ from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import START
 from ._edges import JoinProgress, Send, Task, task_node
 from ._interrupt import (
+    NO_CALL,
+    CallScope,
     Command,
     PendingInterrupt,
     enter_scope,
@@ -379,6 +381,7 @@ class Run:
         "_end_lock",
         "_ended",
         "_policy",
+        "_progress_lock",
         "_slots",
         "config",
         "current",
@@ -396,6 +399,7 @@ class Run:
         "on_final_state",
         "on_updates",
         "pending",
+        "progress",
         "resume",
         "resuming",
         "scheduler",
@@ -444,6 +448,8 @@ class Run:
         self.steps = 0
         self.step: _Step | None = None
         self.group: _Superstep | None = None  # the parallel superstep running now, if one
+        self.progress: dict[int, Mapping[str, Any]] = {}  # the inner state of the superstep's subgraph tasks
+        self._progress_lock = threading.Lock()
         self.current = SerialDisposable()  # the running step's stream
         self._end_lock = threading.Lock()
         self._ended = False  # the one way this run ended has been claimed
@@ -565,6 +571,8 @@ class Run:
             )
         # No input: continue where the base checkpoint said the run would go next (nothing left: done).
         tasks, joins, waiting = tasks_of(base.next, base.pending)
+        stored = (base.pending or {}).get("subgraph") or {}
+        self.progress = {int(index): inner for index, inner in stored.items()}  # subgraphs go on where they were
         if self.resume is not None and waiting is None:
             raise InvalidArgumentError(
                 f"thread {writer.thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes "
@@ -608,15 +616,40 @@ class Run:
         return self._stop_before(tasks)
 
     def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
-        """Call a node's action inside its ``interrupt()`` scope (with its answers, when this run resumes it)."""
+        """Call a node's action inside its scope: the answers to its ``interrupt()`` calls when this run resumes it,
+        the inner state a subgraph node goes on with, and where a subgraph saves its progress."""
         resuming = self.resuming
-        answers = resuming is not None and resuming.task == index and resuming.node == node.name
-        resumes, subgraph = (resuming.resumes, resuming.subgraph) if answers else ((), None)  # type: ignore[union-attr]
-        token = enter_scope(resumes, subgraph)
+        if resuming is not None and resuming.task == index and resuming.node == node.name:
+            resumes, inner = resuming.resumes, resuming.subgraph
+        else:
+            resumes, inner = (), self.progress.get(index)
+        save = functools.partial(self.save_progress, index, node.name) if node.subgraph else None
+        call = CallScope(resumes, inner, save) if resumes or inner is not None or save is not None else NO_CALL
+        token = enter_scope(call)
         try:
-            return scoped(node.call(state_view, self.config, self.info), resumes, subgraph)
+            return scoped(node.call(state_view, self.config, self.info), call)
         finally:
             leave_scope(token)
+
+    def save_progress(self, index: int, node: str, inner_node: str, inner: Mapping[str, Any]) -> None:
+        """A subgraph node (task ``index``) finished an inner step: write the parent's state as it was, with the
+        inner state in its pending work, under the namespace ``node/inner_node`` — so that a resume after a crash
+        goes on inside the subgraph, and a cancel rewinds it with the parent's turn."""
+        with self._progress_lock:
+            self.progress[index] = inner
+            pending = pending_of(self.tasks, self.joins, None) or {}
+            pending["subgraph"] = {str(i): state for i, state in sorted(self.progress.items())}
+            self.writer.commit(
+                self.state, node=f"{node}/{inner_node}", next_nodes=names_of(self.tasks), source="loop", pending=pending
+            )
+
+    def _pending_now(self, stop: PendingInterrupt | None = None) -> dict[str, Any] | None:
+        """The pending work of the superstep running now (its Send payloads, the joins before it, the progress of
+        its subgraphs), for a checkpoint that stops or fails the run in it."""
+        pending = pending_of(self.tasks, self.joins, stop)
+        if self.progress:
+            pending = {**(pending or {}), "subgraph": {str(i): state for i, state in sorted(self.progress.items())}}
+        return pending
 
     # -- stepping ----------------------------------------------------------------------------------------------
 
@@ -854,6 +887,7 @@ class Run:
             return False  # cancelled under the write lock
         self.state = state
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
+        self.progress = {}
         if self.on_updates is not None:
             self.on_updates(updates)
         view = MappingProxyType(state)
@@ -927,7 +961,7 @@ class Run:
                 node=None,
                 next_nodes=names_of(self.tasks),
                 source="interrupt",
-                pending=pending_of(self.tasks, self.joins, stop),
+                pending=self._pending_now(stop),
             )
         except Exception as failure:
             self._begin_ending()
@@ -1087,9 +1121,7 @@ class Run:
                 writer.rewind(error=text)
             else:
                 # A resume (stream(None)) runs the failed superstep again, whole.
-                writer.record_error(
-                    text, next_nodes=names_of(self.tasks), pending=pending_of(self.tasks, self.joins, None)
-                )
+                writer.record_error(text, next_nodes=names_of(self.tasks), pending=self._pending_now())
         except CheckpointConflictError as conflict:
             log.info(
                 "thread %r: run %s failed (%s); another writer moved the head to %s since, which stays",

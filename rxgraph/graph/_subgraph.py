@@ -3,9 +3,11 @@
 The inner run gets the parent's state (or a ``Send``'s payload) as its input and streams its outputs as
 ``SubgraphEvent`` chunks of the node; the updates its nodes made are merged into the parent's state, with the
 parent's key strategies, when it finishes. Its checkpoints are the parent's: it runs on a private in-memory saver,
-and when it stops for a human its state is kept in the parent's checkpoint (the pending interrupt's ``subgraph``),
-so that ``Command(resume=...)`` on the parent's thread goes on inside it. Cancelling the parent disposes it; the
-rewind is the parent's turn boundary.
+and after each of its steps the parent's run writes the inner state into the parent's thread (``save`` of the
+call's scope: a checkpoint under the namespace ``node/inner``); when it stops for a human, its state is kept with
+the pending interrupt. A resume — ``Command(resume=...)`` or ``stream(None)`` after a failure or a crash — puts the
+inner run back where it was and goes on inside it. Cancelling the parent disposes it; the rewind is the parent's
+turn boundary.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..checkpoint._memory import MemorySaver
 from ..errors import NodeInterrupt
 from ._compiled import CompiledGraph, inner_stream, spec_of
 from ._config import RunnableConfig
-from ._interrupt import Command, current_resumes
+from ._interrupt import CallScope, Command, current_call
 from ._outputs import InterruptOutput, NodeOutput, RunOutput, SubgraphEvent
 
 __all__ = ["SubgraphNode"]
@@ -40,16 +42,11 @@ class SubgraphNode:
         self.spec = spec_of(graph)  # what it runs, for drawing
 
     def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> Observable[SubgraphEvent]:
-        resumes, stored = current_resumes()  # read now: the scope is the node call's
-        return rx.defer(lambda _: self._run(state, config, resumes, stored))
+        call = current_call()  # read now: the scope is the node call's
+        return rx.defer(lambda _: self._run(state, config, call))
 
-    def _run(
-        self,
-        state: Mapping[str, Any],
-        config: RunnableConfig,
-        resumes: tuple[Any, ...],
-        stored: Mapping[str, Any] | None,
-    ) -> Observable[SubgraphEvent]:
+    def _run(self, state: Mapping[str, Any], config: RunnableConfig, call: CallScope) -> Observable[SubgraphEvent]:
+        resumes, stored = call.resumes, call.subgraph
         saver = MemorySaver()  # the inner run's own, for this call
         inner_config = RunnableConfig(
             thread_id=_INNER_THREAD,
@@ -58,8 +55,8 @@ class SubgraphNode:
             recursion_limit=config.recursion_limit,
         )
         carried: list[Any] = []
-        if stored is not None and resumes:
-            # Resumed: put the inner run back where it stopped, and answer it.
+        if stored is not None:
+            # Resumed: put the inner run back where it stopped (or last saved its progress), and answer it.
             saver.put(
                 new_checkpoint(
                     id=uuid.uuid4().hex,
@@ -74,16 +71,30 @@ class SubgraphNode:
                 expected_head=None,
             )
             carried.extend(stored["updates"])
-            source: Any = Command(resume=resumes[-1])
+            source: Any = Command(resume=resumes[-1]) if resumes else None
         else:
             source = dict(state)
         made: list[Any] = list(carried)  # every update of the inner run so far (kept if it stops again)
         waiting: list[Any] = list(carried)  # updates not yet handed to the parent in an event
         stopped: list[InterruptOutput] = []
 
+        def inner_state() -> dict[str, Any]:
+            head = saver.get(_INNER_THREAD)
+            assert head is not None
+            return {
+                "values": dict(head.values),
+                "next": list(head.next),
+                "pending": dict(head.pending or {}),
+                "updates": list(made),
+                "node": head.node,
+            }
+
         def on_updates(updates: tuple[Any, ...]) -> None:
             made.extend(updates)
             waiting.extend(updates)
+            if call.save is not None:  # an inner step landed: the parent's thread keeps it
+                progress = inner_state()
+                call.save(str(progress["node"]), progress)
 
         def event(output: RunOutput) -> SubgraphEvent:
             if isinstance(output, NodeOutput) and waiting:
@@ -100,15 +111,7 @@ class SubgraphNode:
 
         def after() -> Observable[SubgraphEvent]:
             if stopped:
-                head = saver.get(_INNER_THREAD)
-                assert head is not None
-                inner_state = {
-                    "values": dict(head.values),
-                    "next": list(head.next),
-                    "pending": dict(head.pending or {}),
-                    "updates": list(made),
-                }
-                return rx.throw(NodeInterrupt(stopped[-1].value, subgraph=inner_state))
+                return rx.throw(NodeInterrupt(stopped[-1].value, subgraph=inner_state()))
             if waiting:  # a resumed run that made no step of its own still hands over what it made before
                 return rx.of(SubgraphEvent(self.name, None, tuple(waiting)))
             return rx.empty()

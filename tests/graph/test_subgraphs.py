@@ -3,6 +3,10 @@ an interrupt inside it resumes into it, and cancelling the parent cancels it and
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,10 +14,12 @@ from typing import Any
 
 import pytest
 import reactivex as rx
+from _subgraph_worker import CONFIG, build
 from reactivex import operators as ops
 from reactivex.scheduler import ThreadPoolScheduler
 from reactivex.testing import TestScheduler
 
+import rxgraph
 from rxgraph import (
     END,
     START,
@@ -180,3 +186,77 @@ def test_a_subgraph_blocking_on_a_pool_is_cancelled_in_real_time(saver_factory: 
         "blocked",
         "b",
     ]
+
+
+def test_each_inner_step_is_saved_in_the_parents_thread_under_the_nodes_namespace(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    inner = StateGraph({"log": KeyStrategy.APPEND}).add_node("i1", _logs("i1")).add_node("i2", _logs("i2"))
+    inner_graph = inner.add_edge(START, "i1").add_edge("i1", "i2").add_edge("i2", END).compile()
+    saver = saver_factory()
+    app = _outer(inner_graph, saver)
+    app.invoke({"log": "in"}, RunnableConfig(thread_id="t"))
+    steps = [(c.node, c.next, list(c.values["log"])) for c in reversed(saver.list("t"))]
+    assert steps == [
+        ("__start__", ("a",), ["in"]),
+        ("a", ("sub",), ["in", "a"]),
+        ("sub/i1", ("sub",), ["in", "a"]),  # the parent's state as it was; the inner state is in `pending`
+        ("sub/i2", ("sub",), ["in", "a"]),
+        ("sub", ("b",), ["in", "a", "i1", "i2"]),
+        ("b", (), ["in", "a", "i1", "i2", "b"]),
+    ]
+    progress = saver.list("t")[3].pending  # newest first: the one after i1
+    assert progress is not None and progress["subgraph"]["0"]["next"] == ["i2"]
+    assert saver.list("t")[0].pending is None
+
+
+def test_a_failure_inside_the_subgraph_resumes_inside_it(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    ran: list[str] = []
+
+    def step(name: str, fail_once: bool = False) -> Callable[[Any], dict[str, Any]]:
+        def action(state: Any) -> dict[str, Any]:
+            ran.append(name)
+            if fail_once and ran.count(name) == 1:
+                raise ConnectionError("flaky")
+            return {"log": name}
+
+        return action
+
+    inner = StateGraph({"log": KeyStrategy.APPEND}).add_node("i1", step("i1")).add_node("i2", step("i2", True))
+    inner_graph = inner.add_edge(START, "i1").add_edge("i1", "i2").add_edge("i2", END).compile()
+    app = _outer(inner_graph, saver_factory())  # a graph keeps what a failed run wrote (on_error="keep")
+    config = RunnableConfig(thread_id="t")
+    with pytest.raises(ConnectionError):
+        app.invoke({"log": "in"}, config)
+    assert app.get_state(config).next == ("sub",)
+    assert app.invoke(None, config)["log"] == ["in", "a", "i1", "i2", "b"]
+    assert ran == ["i1", "i2", "i2"]  # i1 did not run again: the subgraph went on from its saved step
+
+
+def test_a_process_killed_inside_the_subgraph_resumes_inside_it(tmp_path: Path) -> None:
+    worker = Path(__file__).parent.parent / "_subgraph_worker.py"
+    db, log = tmp_path / "job.db", tmp_path / "ran.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(rxgraph.__file__).parent.parent), str(worker.parent)])}
+    process = subprocess.Popen(
+        [sys.executable, str(worker), str(db), str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "inside"
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert log.read_text().split() == ["a", "i1", "i2"]
+
+    with SqliteSaver(db) as saver:
+        app = build(saver, log, block=False)
+        head = app.get_state(CONFIG)
+        assert head.checkpoint is not None and head.checkpoint.node == "sub/i1" and head.next == ("sub",)
+        assert app.invoke(None, CONFIG)["log"] == ["in", "a", "i1", "i2", "b"]
+    assert log.read_text().split() == ["a", "i1", "i2", "i2", "b"]  # i1 ran once: the resume went on inside
