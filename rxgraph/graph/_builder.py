@@ -74,7 +74,7 @@ class StateGraph:
         state (or a ``Send``'s payload), its outputs stream as ``SubgraphEvent`` chunks (with their ``path``), and the
         updates its nodes made are merged into this graph's state, with this graph's key strategies, when it ends.
         Its checkpoints are the parent's: after each inner step the parent's thread gets a checkpoint under the
-        node's namespace (``node`` ``"sub/inner"``, the parent's state unchanged, the inner state in its
+        node's namespace (``node`` ``"sub/inner"``, the parent's state unchanged, the inner step and updates in its
         ``pending``), so a resume after a failure or a crash goes on inside the subgraph from its last step, an
         interrupt inside it resumes into it, and a cancel rewinds it with the parent's turn.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import reactivex as rx
@@ -45,6 +46,15 @@ class SubgraphNode:
         call = current_call()  # read now: the scope is the node call's
         return rx.defer(lambda _: self._run(state, config, call))
 
+    def _values(self, state: Mapping[str, Any], updates: Any) -> Mapping[str, Any]:
+        """The inner state after ``updates``: the inner run's input (this node's state) and each update it made,
+        merged with the subgraph's key strategies — what is kept is only the updates, never the inner history."""
+        schema = self.spec.schema
+        values = schema.merge({}, state, origin="input")
+        for update in updates:
+            values = schema.merge(values, update, origin=f"subgraph {self.name!r}")
+        return MappingProxyType(values)
+
     def _run(self, state: Mapping[str, Any], config: RunnableConfig, call: CallScope) -> Observable[SubgraphEvent]:
         resumes, stored = call.resumes, call.subgraph
         saver = MemorySaver()  # the inner run's own, for this call
@@ -62,7 +72,7 @@ class SubgraphNode:
                     id=uuid.uuid4().hex,
                     thread_id=_INNER_THREAD,
                     seq=1,
-                    values=stored["values"],
+                    values=self._values(state, stored["updates"]),
                     next=tuple(stored["next"]),
                     pending=stored["pending"],
                     run_id="resume",
@@ -82,7 +92,6 @@ class SubgraphNode:
             head = saver.get(_INNER_THREAD)
             assert head is not None
             return {
-                "values": dict(head.values),
                 "next": list(head.next),
                 "pending": dict(head.pending or {}),
                 "updates": list(made),
