@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from reactivex import abc
 
-from .errors import InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["check_scheduler"]
+__all__ = ["check_int", "check_scheduler"]
+
+
+def check_int(value: object, *, argument: str, least: int, hint: str = "") -> int:
+    """``value`` as an int of at least ``least`` (a bool is not one).
+
+    Raises:
+        InvalidTypeError: ``value`` is not an int (``argument`` names it).
+        InvalidArgumentError: it is below ``least`` (``hint`` adds what ``least`` means, as "1: call once").
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{argument} must be an int, got {type(value).__name__}", argument=argument)
+    if value < least:
+        meaning = f" ({hint})" if hint else ""
+        raise InvalidArgumentError(f"{argument} must be at least {least}{meaning}, got {value}", argument=argument)
+    return value
 
 
 def check_scheduler(value: object, *, argument: str, owner: str | None = None) -> abc.SchedulerBase | None:

@@ -12,7 +12,7 @@ from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.scheduler import ImmediateScheduler
 
-from .._arguments import check_scheduler
+from .._arguments import check_int, check_scheduler
 from ..checkpoint._base import CheckpointSaver
 from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError, UnsafeHistoryError
 from ..graph._builder import StateGraph
@@ -127,15 +127,7 @@ class ReactAgent:
             raise InvalidArgumentError(
                 f"max_iterations must be at least 1, got {max_iterations}", argument="max_iterations"
             )
-        if isinstance(max_parallel_tools, bool) or not isinstance(max_parallel_tools, int):
-            raise InvalidTypeError(
-                f"max_parallel_tools must be an int, got {type(max_parallel_tools).__name__}",
-                argument="max_parallel_tools",
-            )
-        if max_parallel_tools < 1:
-            raise InvalidArgumentError(
-                f"max_parallel_tools must be at least 1, got {max_parallel_tools}", argument="max_parallel_tools"
-            )
+        check_int(max_parallel_tools, argument="max_parallel_tools", least=1)
         check_scheduler(tool_scheduler, argument="tool_scheduler")
         if trim is not None and not callable(trim):
             raise InvalidTypeError(

@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
+from .._arguments import check_int
 from ..errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -96,15 +97,7 @@ class RetryPolicy:
     """The default ``retry_on``: True for an error worth another attempt (see the class docstring)."""
 
     def __post_init__(self) -> None:
-        attempts = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int):
-            raise InvalidTypeError(
-                f"max_attempts must be an int, got {type(attempts).__name__}", argument="max_attempts"
-            )
-        if attempts < 1:
-            raise InvalidArgumentError(
-                f"max_attempts must be >= 1 (1: call once, no retry), got {attempts}", argument="max_attempts"
-            )
+        check_int(self.max_attempts, argument="max_attempts", least=1, hint="1: call once, no retry")
         for name, least in (("backoff", 0.0), ("backoff_factor", 1.0), ("max_backoff", 0.0)):
             value = _number(getattr(self, name), argument=name)
             if value < least:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rxgraph.errors import InvalidArgumentError, InvalidTypeError
-from rxgraph.messages._types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from .._arguments import check_int
+from ..errors import InvalidArgumentError, InvalidTypeError
+from ._types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 __all__ = ["trim_messages"]
 
@@ -145,10 +146,7 @@ def _check_budget(max_messages: object, max_tokens: object, token_counter: Calla
     for name, limit in (("max_messages", max_messages), ("max_tokens", max_tokens)):
         if limit is None:
             continue
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidTypeError(f"{name} must be an int, got {type(limit).__name__}", argument=name)
-        if limit < 1:
-            raise InvalidArgumentError(f"{name} must be at least 1, got {limit}", argument=name)
+        check_int(limit, argument=name, least=1)
     if token_counter is not None and not callable(token_counter):
         raise InvalidTypeError(
             f"token_counter must be callable (message -> int), got {type(token_counter).__name__}",
