@@ -597,6 +597,10 @@ class Run:
                     pending=pending_of(tasks, joins, stop),
                 )
                 self.interrupt_at = stop
+            elif not tasks:  # it stopped after the last node: answered, the run is over, and the thread says so
+                writer.commit(
+                    state, node=waiting.node, next_nodes=(), source="loop", pending=pending_of((), joins, None)
+                )
 
     def _stop_before(self, tasks: tuple[Task, ...]) -> PendingInterrupt | None:
         before = self.spec.interrupt_before

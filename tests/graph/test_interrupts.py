@@ -277,3 +277,17 @@ def test_an_async_node_asks_with_interrupt_and_gets_its_answers_in_order(
     app.invoke(Command(resume="Ada"), config)
     assert app.get_state(config).interrupt == PendingInterrupt("form", "inside", "age?", resumes=("Ada",))
     assert app.invoke(Command(resume=36), config) == {"name": "Ada", "age": 36}
+
+
+def test_a_stop_after_the_last_node_is_answered_and_the_thread_no_longer_waits(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    graph = StateGraph().add_node("last", lambda s: {"done": True}).add_edge(START, "last").add_edge("last", END)
+    app = graph.compile(saver_factory(), interrupt_after=["last"])
+    config = RunnableConfig(thread_id="t")
+    assert isinstance(_outputs(app, {}, config)[-1], InterruptOutput)
+    assert app.get_state(config).interrupt == PendingInterrupt("last", "after")
+    assert app.invoke(Command(resume="seen"), config) == {"done": True}
+    assert app.get_state(config).interrupt is None and app.get_state(config).next == ()
+    with pytest.raises(InvalidArgumentError, match="has no pending interrupt"):
+        app.invoke(Command(resume="again"), config)
