@@ -893,7 +893,11 @@ class Run:
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
         self.progress = {}
         if self.on_updates is not None:
-            self.on_updates(updates)
+            try:
+                self.on_updates(updates)  # a subgraph's parent saving its progress: its write may fail
+            except Exception as error:
+                self.fail(error)
+                return False
         view = MappingProxyType(state)
         checkpoint_id = checkpoint.id if checkpoint is not None else None
         return all(self._emit(NodeOutput(name, view, checkpoint_id=checkpoint_id)) for name in outputs)

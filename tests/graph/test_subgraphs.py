@@ -23,12 +23,14 @@ import rxgraph
 from rxgraph import (
     END,
     START,
+    Checkpoint,
     CheckpointSaver,
     Command,
     CompiledGraph,
     InterruptOutput,
     InvalidTypeError,
     KeyStrategy,
+    MemorySaver,
     NodeOutput,
     RunnableConfig,
     Send,
@@ -38,6 +40,7 @@ from rxgraph import (
     SubgraphEvent,
     interrupt,
 )
+from rxgraph.testing import DelegatingSaver
 
 
 def _logs(name: str) -> Callable[[Any], dict[str, Any]]:
@@ -260,3 +263,23 @@ def test_a_process_killed_inside_the_subgraph_resumes_inside_it(tmp_path: Path) 
         assert head.checkpoint is not None and head.checkpoint.node == "sub/i1" and head.next == ("sub",)
         assert app.invoke(None, CONFIG)["log"] == ["in", "a", "i1", "i2", "b"]
     assert log.read_text().split() == ["a", "i1", "i2", "i2", "b"]  # i1 ran once: the resume went on inside
+
+
+class _NoProgress(DelegatingSaver):
+    """A saver that refuses the checkpoints a subgraph's progress writes."""
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        if checkpoint.node is not None and checkpoint.node.startswith("sub/"):
+            raise OSError("disk full")
+        return super().put(checkpoint, expected_head=expected_head)
+
+
+def test_a_failed_progress_write_fails_the_run_like_any_write() -> None:
+    saver = _NoProgress(MemorySaver())
+    app = _outer(_inner(), saver)
+    config = RunnableConfig(thread_id="t")
+    with pytest.raises(OSError, match="disk full"):
+        app.invoke({"log": "in"}, config)
+    head = app.get_state(config)
+    assert head.checkpoint is not None and head.checkpoint.source == "error" and head.next == ("sub",)
+    assert head.values["log"] == ["in", "a"]
