@@ -68,7 +68,7 @@ from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import START
-from ._edges import JoinProgress, Send, Task, task_node
+from ._edges import JoinProgress, Task, task_node
 from ._interrupt import (
     NO_CALL,
     CallScope,
@@ -254,10 +254,6 @@ def _called_on(scheduler: abc.SchedulerBase, call: Callable[[], Any]) -> Observa
         return scheduler.schedule(_action)
 
     return Observable(_subscribe)
-
-
-def _has_send(tasks: tuple[Task, ...]) -> bool:
-    return any(type(task) is Send for task in tasks)
 
 
 class _Superstep:
@@ -876,13 +872,13 @@ class Run:
         try:
             state = merged()
             tasks, joins = spec.advance(finished, state, self.joins)
-            stop = self._stop_after(finished, tasks) if spec.interrupt_after or spec.interrupt_before else None
+            stop = self._stop_after(finished, tasks)
             checkpoint = writer.commit(
                 state,
                 node=",".join(finished),
                 next_nodes=names_of(tasks),
                 source="loop",
-                pending=pending_of(tasks, joins, stop) if joins or stop or _has_send(tasks) else None,
+                pending=pending_of(tasks, joins, stop),
             )
         except Exception as error:
             self.fail(error)
