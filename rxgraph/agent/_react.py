@@ -195,6 +195,9 @@ class ReactAgent:
                 no thread.
             InvalidTypeError: ``input`` holds something that is not a message, or ``config`` is not a
                 ``RunnableConfig``.
+            UnsafeHistoryError: ``input``'s messages are not a valid request after a history that can take user
+                input (an orphan tool message, an assistant message whose calls are not all answered): raised at
+                once, before anything is read or stored.
         """
         return self.graph.stream(_turn_input(input), self._config(config))
 
@@ -210,6 +213,7 @@ class ReactAgent:
         Raises:
             InvalidArgumentError: as for ``stream``.
             InvalidTypeError: as for ``stream``.
+            UnsafeHistoryError: as for ``stream``.
             DeadlockError: called on the event loop the turn's scheduler uses.
             Exception: whatever the turn failed with (see ``stream``): ``MaxIterationsError``, the model's error...
         """
@@ -226,6 +230,7 @@ class ReactAgent:
         Raises:
             InvalidArgumentError: as for ``stream``.
             InvalidTypeError: as for ``stream``.
+            UnsafeHistoryError: as for ``stream``.
         """
         return self.graph.astream(_turn_input(input), self._config(config))
 
@@ -416,9 +421,7 @@ def _turn_input(input: AgentInput) -> Mapping[str, Any] | Command:
 def _user_messages(input: str | Message | Sequence[Message]) -> list[Message]:
     if isinstance(input, str):
         return [UserMessage(content=input)]
-    if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
-        return [input]
-    messages = list(input)
+    messages = [input] if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage) else list(input)
     for index, message in enumerate(messages):
         if not isinstance(message, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
             raise InvalidTypeError(
@@ -426,6 +429,18 @@ def _user_messages(input: str | Message | Sequence[Message]) -> list[Message]:
             )
     if not messages:
         raise InvalidArgumentError("an agent turn needs at least one message", argument="input")
+    # Checked before anything reads the thread: the turn's messages follow a safe history, so they must make a valid
+    # request on their own. An orphan tool message or unanswered calls would be stored and, once a model accepted
+    # them, leave no checkpoint of the thread that could take another turn.
+    violations = request_violations(messages)
+    if violations:
+        lines = "\n".join(str(violation) for violation in violations)
+        raise UnsafeHistoryError(
+            f"agent input breaks the chat-API sequence rules; nothing was stored or sent:\n{lines}\n"
+            "A turn's messages are appended to a history that can take user input: start them with a user or "
+            "system message, and answer each tool call of an assistant message with one tool message right after it",
+            violations=violations,
+        )
     return messages
 
 

@@ -26,6 +26,7 @@ from ..errors import (
     MessageFormatError,
     RxGraphError,
     ThreadBusyError,
+    UnsafeHistoryError,
 )
 from ..graph._compiled import CompiledGraph
 from ..graph._config import RunnableConfig
@@ -235,7 +236,7 @@ class _RunStream:
             return config, self._graph.astream(Command(resume=run.resume) if run.resumes else run.input, config)
         except ValidationError as error:
             return _refused(_validation_json(error))
-        except (MessageFormatError, InvalidArgumentError, InvalidTypeError) as error:
+        except (MessageFormatError, InvalidArgumentError, InvalidTypeError, UnsafeHistoryError) as error:
             return _refused(error_json(error))
 
     async def _events(

@@ -171,6 +171,12 @@ REFUSED_BODIES = [
     (b'{"input": [{"role": "tool", "content": "sunny"}]}', "MessageFormatError"),  # no tool_call_id
     (b'{"input": []}', "InvalidArgumentError"),
     (b'{"input": "hi", "resume": {}}', "ValidationError"),  # a turn or an answer, not both
+    (b'{"input": [{"role": "tool", "tool_call_id": "zz", "content": "sunny"}]}', "UnsafeHistoryError"),  # orphan
+    (
+        b'{"input": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "c9", "type": '
+        b'"function", "function": {"name": "get_weather", "arguments": "{}"}}]}]}',
+        "UnsafeHistoryError",  # a call nobody answers
+    ),
 ]
 
 
