@@ -421,7 +421,11 @@ def _turn_input(input: AgentInput) -> Mapping[str, Any] | Command:
 def _user_messages(input: str | Message | Sequence[Message]) -> list[Message]:
     if isinstance(input, str):
         return [UserMessage(content=input)]
-    messages = [input] if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage) else list(input)
+    messages: list[Any]
+    if isinstance(input, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
+        messages = [input]
+    else:
+        messages = list(input)
     for index, message in enumerate(messages):
         if not isinstance(message, UserMessage | SystemMessage | AssistantMessage | ToolMessage):
             raise InvalidTypeError(

@@ -85,7 +85,7 @@ def test_input_on_a_new_thread_is_refused_before_the_thread_exists(
 def test_input_that_answers_its_own_calls_is_a_valid_turn(saver_factory: Callable[[], CheckpointSaver]) -> None:
     # A turn may bring a closed exchange of its own (a client replaying tool results): the model gets it and answers.
     saver = saver_factory()
-    agent, model = _agent(saver)
+    agent, _ = _agent(saver)
     config = RunnableConfig(thread_id="t")
 
     answer = agent.invoke(
