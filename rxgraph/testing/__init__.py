@@ -8,12 +8,13 @@
   (``explore_cancellations``, ``assert_cancellation_safe``);
 - the ``CheckpointSaver`` contract as a test suite to subclass, for your own saver (``SaverContract``);
 - a local OpenAI-compatible Chat Completions server that answers from a script and records how each answer ended
-  (``ChatCompletionsServer``, with ``Reply``, ``StreamedCall``, ``Refusal``, ``Pause``, ``Gate``, ``ErrorReply``,
-  ``ServedRequest``; needs the ``serve`` and ``openai`` extras).
+  (``ChatCompletionsServer``, with ``Reply``, ``StreamedCall``, ``Refusal``, ``Pause``, ``Gate``, ``Cut``,
+  ``ErrorReply``, ``ServedRequest``; needs the ``serve`` and ``openai`` extras).
 """
 
 from ._chat_server import (
     ChatCompletionsServer,
+    Cut,
     ErrorReply,
     Gate,
     Pause,
@@ -46,6 +47,7 @@ __all__ = [
     "CancelSpec",
     "CancellationHarness",
     "ChatCompletionsServer",
+    "Cut",
     "DelegatingSaver",
     "ErrorReply",
     "Event",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatCompletionsServer",
+    "Cut",
     "ErrorReply",
     "Gate",
     "Outcome",
@@ -44,10 +45,11 @@ __all__ = [
     "StreamedCall",
 ]
 
-Outcome = Literal["pending", "completed", "aborted", "rejected", "failed", "stopped"]
+Outcome = Literal["pending", "completed", "aborted", "rejected", "failed", "stopped", "cut"]
 """How a request ended: ``pending`` (not yet), ``completed`` (the whole answer was sent), ``aborted`` (the client went
 away before the answer was complete), ``rejected`` (refused as invalid: HTTP 400), ``failed`` (answered with an
-``ErrorReply``, or no reply was left in the script) or ``stopped`` (the server stopped while answering)."""
+``ErrorReply``, or no reply was left in the script), ``stopped`` (the server stopped while answering) or ``cut`` (the
+server cut the answer short where its ``Cut`` said)."""
 
 
 # -- the script ------------------------------------------------------------------------------------------------
@@ -175,30 +177,78 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-ReplyStep = str | StreamedCall | Refusal | Pause | Gate
+CutHow = Literal["end", "done", "drop"]
+"""How a ``Cut`` ends the response (see ``Cut``)."""
+
+
+class Cut:
+    """The last step of a ``Reply`` that never finishes: the answer stops there, before the chunk with the
+    ``finish_reason`` (and the ``usage`` chunk), as when the model's server crashes, a proxy times out or a load
+    balancer drops the connection. ``how`` says what the client reads then:
+
+    - ``"end"`` (default): the HTTP response ends properly (its chunked body is complete) without ``data: [DONE]``;
+      the client's HTTP layer sees nothing wrong, only the missing ``finish_reason`` tells;
+    - ``"done"``: ``data: [DONE]`` is sent first, as a server that ends every stream with it does;
+    - ``"drop"``: the first half of the event that would have come next is sent, then the connection is closed in
+      the middle of the body: the client's HTTP layer reads a chunked body that never ended.
+
+    The request's outcome is ``"cut"``. A non-streamed answer with a ``Cut`` stops halfway through its JSON body and
+    its connection is closed, whatever ``how`` says.
+
+    Raises:
+        InvalidArgumentError: ``how`` is none of ``"end"``, ``"done"``, ``"drop"``.
+    """
+
+    __slots__ = ("how",)
+
+    def __init__(self, how: CutHow = "end") -> None:
+        if how not in ("end", "done", "drop"):
+            raise InvalidArgumentError(f"a Cut's how is 'end', 'done' or 'drop', got {how!r}", argument="how")
+        self.how: CutHow = how
+
+    def __repr__(self) -> str:
+        return f"Cut({self.how!r})"
+
+
+ReplyStep = str | StreamedCall | Refusal | Pause | Gate | Cut
 """What a ``Reply`` is made of: a ``str`` is one chunk of text."""
 
 
 class Reply:
     """One scripted answer: its steps in order, streamed one chunk each (a ``str`` is a chunk of text; see
-    ``StreamedCall``, ``Refusal``, ``Pause``, ``Gate``).
+    ``StreamedCall``, ``Refusal``, ``Pause``, ``Gate``; a ``Cut``, last, makes an answer that never finishes).
 
     ``finish_reason`` defaults to ``"tool_calls"`` when the reply has calls, else ``"stop"``. ``usage`` is
     ``(prompt_tokens, completion_tokens)``; by default the server counts a token per four characters of the request's
-    messages and one per streamed piece of the answer.
+    messages and one per streamed piece of the answer. ``done=False`` leaves out the ``data: [DONE]`` that ends a
+    streamed answer (some servers do; the answer is complete without it).
+
+    Raises:
+        InvalidTypeError: a step is none of those types, or ``done`` is not a bool.
+        InvalidArgumentError: a ``Cut`` is not the last step, or ``usage`` is not two counts.
     """
 
-    __slots__ = ("finish_reason", "steps", "usage")
+    __slots__ = ("done", "finish_reason", "steps", "usage")
 
     def __init__(
-        self, *steps: ReplyStep, finish_reason: str | None = None, usage: tuple[int, int] | None = None
+        self,
+        *steps: ReplyStep,
+        finish_reason: str | None = None,
+        usage: tuple[int, int] | None = None,
+        done: bool = True,
     ) -> None:
-        for step in steps:
-            if not isinstance(step, str | StreamedCall | Refusal | Pause | Gate):
+        for position, step in enumerate(steps):
+            if not isinstance(step, str | StreamedCall | Refusal | Pause | Gate | Cut):
                 raise InvalidTypeError(
-                    f"a Reply's steps are str, StreamedCall, Refusal, Pause or Gate, got {type(step).__name__}",
+                    f"a Reply's steps are str, StreamedCall, Refusal, Pause, Gate or Cut, got {type(step).__name__}",
                     argument="steps",
                 )
+            if isinstance(step, Cut) and position != len(steps) - 1:
+                raise InvalidArgumentError(
+                    "a Cut ends the answer: make it the last step of the Reply", argument="steps"
+                )
+        if type(done) is not bool:
+            raise InvalidTypeError(f"done must be a bool, got {done!r}", argument="done")
         if usage is not None and not (
             isinstance(usage, tuple) and len(usage) == 2 and all(type(n) is int and n >= 0 for n in usage)
         ):
@@ -210,6 +260,7 @@ class Reply:
             "tool_calls" if any(isinstance(s, StreamedCall) for s in steps) else "stop"
         )
         self.usage = usage
+        self.done = done
 
     def __repr__(self) -> str:
         return f"Reply({', '.join(map(repr, self.steps))}, finish_reason={self.finish_reason!r})"
@@ -502,9 +553,11 @@ class _Answer:
         self.id = f"chatcmpl-{next(_ids):08x}"
         self.created = int(time.time())
         self.started = False
+        self.client: Any = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         served = self.served
+        self.client = scope.get("client")
         producer = asyncio.ensure_future(self._stream(send) if served.stream else self._whole(send))
         listener = asyncio.ensure_future(_client_gone(receive))
         self.server._answering(producer, True)
@@ -535,16 +588,13 @@ class _Answer:
             served.status = 503
             await _send_json(send, 503, _error_body("the server is stopping", "server_error", None, None))
 
-    async def _start(self, send: Send, status: int, content_type: bytes) -> None:
+    async def _start(
+        self, send: Send, status: int, content_type: bytes, more_headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.served.status = status
         self.started = True
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
-            }
-        )
+        headers = [(b"content-type", content_type), (b"cache-control", b"no-cache"), *(more_headers or ())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         chunk: dict[str, Any] = {
@@ -577,6 +627,9 @@ class _Answer:
             if isinstance(step, Gate):
                 await step._pass()
                 continue
+            if isinstance(step, Cut):  # the last step: nothing after it is sent
+                await self._cut(send, step, self._chunk({}, self.reply.finish_reason))
+                return
             if isinstance(step, StreamedCall):
                 head: dict[str, Any] = {
                     "index": calls,
@@ -617,7 +670,22 @@ class _Answer:
             }
             await emit(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
         served._end("completed")  # before the last byte: a client that has the whole answer finds it recorded
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        last = b"data: [DONE]\n\n" if self.reply.done else b""
+        await send({"type": "http.response.body", "body": last, "more_body": False})
+
+    async def _cut(self, send: Send, cut: Cut, following: bytes) -> None:
+        """End the answer short, as ``cut`` says; ``following`` is what would have been sent next."""
+        self.served._end("cut")  # before the last bytes, as for a completed answer
+        if cut.how != "drop":
+            last = b"data: [DONE]\n\n" if cut.how == "done" else b""
+            await send({"type": "http.response.body", "body": last, "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": following[: len(following) // 2], "more_body": True})
+        if self.server._drop(self.client):
+            # Wait here: the listener hears the connection close and ends the answer. Returning first would have
+            # uvicorn find a response left unfinished on an open connection, which it logs as an error.
+            await asyncio.get_running_loop().create_future()
+        # No connection found to close (another uvicorn): returning with the body unfinished has uvicorn close it.
 
     async def _whole(self, send: Send) -> None:
         text: list[str] = []
@@ -629,6 +697,8 @@ class _Answer:
                 await asyncio.sleep(step.seconds)
             elif isinstance(step, Gate):
                 await step._pass()
+            elif isinstance(step, Cut):
+                break  # the last step: cut below, once the answer's body is known
             elif isinstance(step, StreamedCall):
                 calls.append(
                     {"id": step.id, "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
@@ -657,6 +727,12 @@ class _Answer:
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.reply.finish_reason}],
             "usage": self._usage(pieces),
         }
+        cut = self.reply.steps[-1] if self.reply.steps else None
+        if isinstance(cut, Cut):
+            body = json.dumps(completion, separators=(",", ":")).encode()
+            await self._start(send, 200, b"application/json", [(b"content-length", str(len(body)).encode())])
+            await self._cut(send, Cut("drop"), body)
+            return
         self.served.status = 200
         self.started = True
         self.served._end("completed")  # before the answer's bytes, as in _stream
@@ -734,7 +810,8 @@ class ChatCompletionsServer:
       format: streamed as server-sent events when ``stream`` is true (a first chunk with the role, a chunk per text
       piece, tool calls as OpenAI splits them, a last chunk with ``finish_reason``, the ``usage`` chunk when
       ``stream_options.include_usage`` is true, then ``data: [DONE]``), else as one ``chat.completion`` object. An
-      ``ErrorReply`` answers its status and error body; with no reply left, the answer is a 500.
+      ``ErrorReply`` answers its status and error body; with no reply left, the answer is a 500. A reply that ends
+      with a ``Cut`` stops before its ``finish_reason``, the way ``Cut`` says: a stream cut short.
 
     Every request is recorded (``requests``, ``request(i)``) as a ``ServedRequest``: its JSON, its status, and whether
     its answer was completed or ``aborted`` because the client went away first (seen when the connection closes,
@@ -774,6 +851,7 @@ class ChatCompletionsServer:
         self._producers: set[asyncio.Future[None]] = set()
         self._stopping = False
         self._port: int | None = None
+        self._uvicorn: Any = None
 
     # -- what tests read ---------------------------------------------------------------------------------------
 
@@ -891,6 +969,7 @@ class ChatCompletionsServer:
         self._stop_event = asyncio.Event()
         app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
         server = _uvicorn_server(app, self._started, self._stop_event, self._producers)
+        self._uvicorn = server
         assert self._socket is not None
         await server.serve(sockets=[self._socket])
 
@@ -899,6 +978,19 @@ class ChatCompletionsServer:
         for producer in list(self._producers):
             producer.cancel()
         stop_event.set()
+
+    def _drop(self, client: Any) -> bool:
+        """Close the connection of the client at ``client`` (its address), on the server's loop, in the middle of
+        its response: what has been sent is delivered, then the connection ends. Returns whether it found it."""
+        if self._uvicorn is None or client is None:
+            return False
+        for connection in list(self._uvicorn.server_state.connections):
+            # uvicorn's protocols (h11 and httptools alike) keep the peer's address and their transport.
+            transport = getattr(connection, "transport", None)
+            if getattr(connection, "client", None) == tuple(client) and transport is not None:
+                transport.close()
+                return True
+        return False
 
     def _answering(self, producer: asyncio.Future[None], running: bool) -> None:
         if not running:
