@@ -79,6 +79,13 @@ class OpenAIChatModel:
     read it) and ``provider``; the client's exception is its ``__cause__``. The client's own retries
     (``max_retries``) happen before that.
 
+    **An answer is complete only once its** ``finish_reason`` **has come.** A stream that ends before it — closed by
+    the server or a proxy, with or without ``data: [DONE]``, or broken in the middle of its body — fails the
+    Observable with ``ModelAPIError`` (``status_code`` None, a message saying the stream was cut before the model
+    finished) instead of completing, so a cut answer, or a tool call with half its arguments, is never taken for a
+    whole one: an agent's turn fails and is rewound. A stream whose ``finish_reason`` came and whose ``[DONE]`` did
+    not is complete (the answer is all there).
+
     Args:
         client: an ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a subclass, such as Azure's), with its
             ``base_url``, key, timeout and retries as you want them.
@@ -196,18 +203,24 @@ class OpenAIChatModel:
             return
         try:
             chunks = iter(stream)
+            finished = False
             while True:
                 try:
                     raw = next(chunks)
                 except StopIteration:
                     break
                 except Exception as error:
-                    call.fail(self._error(error))
+                    call.fail(self._error(error, finished=finished))
                     return
                 chunk = _chunk(raw)
-                if chunk is not None and not call.emit(chunk):
-                    return
-            call.complete()
+                if chunk is not None:
+                    finished = finished or bool(chunk.finish_reason)
+                    if not call.emit(chunk):
+                        return
+            if finished:
+                call.complete()
+            else:
+                call.fail(self._cut())
         except Exception as error:
             call.fail(error)
         finally:
@@ -230,18 +243,24 @@ class OpenAIChatModel:
             return
         try:
             chunks = stream.__aiter__()
+            finished = False
             while True:
                 try:
                     raw = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
                 except Exception as error:
-                    call.fail(self._error(error))
+                    call.fail(self._error(error, finished=finished))
                     return
                 chunk = _chunk(raw)
-                if chunk is not None and not call.emit(chunk):
-                    return
-            call.complete()
+                if chunk is not None:
+                    finished = finished or bool(chunk.finish_reason)
+                    if not call.emit(chunk):
+                        return
+            if finished:
+                call.complete()
+            else:
+                call.fail(self._cut())
         except Exception as error:
             call.fail(error)
         finally:
@@ -249,8 +268,19 @@ class OpenAIChatModel:
 
     # -- errors ----------------------------------------------------------------------------------------------------
 
-    def _error(self, error: Exception) -> ModelAPIError:
-        """The client's exception as a ``ModelAPIError`` (the exception is its cause)."""
+    def _cut(self) -> ModelAPIError:
+        """The error of a stream that ended (cleanly, to the HTTP client) before the answer's ``finish_reason``."""
+        return ModelAPIError(
+            f"the {self.provider} chat completions stream was cut before the model finished: it ended without a "
+            "finish_reason, so the answer is incomplete; retry the request (a server or proxy that closes streams "
+            "early, on a timeout or a restart, is the usual cause)",
+            status_code=None,
+            provider=self.provider,
+        )
+
+    def _error(self, error: Exception, *, finished: bool | None = None) -> ModelAPIError:
+        """The client's exception as a ``ModelAPIError`` (the exception is its cause). ``finished`` is None when it
+        came before the answer's stream opened, else whether the answer's ``finish_reason`` had come."""
         status: int | None = None
         body: object = None
         if isinstance(error, openai.APIStatusError):
@@ -261,7 +291,13 @@ class OpenAIChatModel:
             detail = "the request timed out"
         elif isinstance(error, openai.APIConnectionError):
             cause = error.__cause__
-            detail = f"no connection: {cause!r}" if cause is not None else f"no connection: {error.message}"
+            said = repr(cause) if cause is not None else error.message
+            if finished is None:
+                detail = f"no connection: {said}"
+            elif finished:
+                detail = f"the stream broke after the model finished: {said}"
+            else:  # the connection was there and broke mid-answer: the answer is cut short
+                detail = f"the stream was cut before the model finished: {said}"
         elif isinstance(error, openai.APIError):
             body = error.body
             detail = error.message
