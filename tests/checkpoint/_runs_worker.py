@@ -1,6 +1,7 @@
 """Worker process for test_run_exclusivity: agent turns on threads shared with other processes through PostgreSQL.
 
-Usage: ``python _runs_worker.py CONNINFO SCHEMA MODE ...``
+Usage: ``python _runs_worker.py CONNINFO SCHEMA MODE ...`` (``CONNINFO`` may also be ``sqlite:PATH``, for the modes
+that do not need other processes to see the thread's slot: ``hold`` and ``turn``)
 
 - ``turns NAME TURNS THREADS SEED``: ``TURNS`` turns with ``multitask="enqueue"``, each on a thread drawn from
   ``t0 .. t{THREADS-1}``, a third of them cancelled after a random number of outputs. Prints one JSON line:
@@ -28,7 +29,7 @@ from reactivex.scheduler import ThreadPoolScheduler
 
 from rxgraph import Command, RunnableConfig
 from rxgraph.agent import Approve, ChatChunk, ReactAgent, Reject, ToolCallDelta, ToolSpec, tool
-from rxgraph.checkpoint import PostgresSaver
+from rxgraph.checkpoint import PostgresSaver, SqliteSaver
 from rxgraph.messages import Message, ToolMessage, request_violations
 
 OUTPUTS_PER_TURN = 9
@@ -101,13 +102,19 @@ def one(conninfo: str, schema: str, name: str, thread: str, policy: str, *, hold
             sys.stdin.readline()
         return "sunny"
 
-    with PostgresSaver(conninfo, schema=schema) as saver:
+    with _saver(conninfo, schema) as saver:
         agent = ReactAgent(WeatherModel(), tools=[weather], checkpointer=saver, multitask=policy)  # type: ignore[arg-type]
         error = _run(agent, name, RunnableConfig(thread_id=thread), None)
     if error is None:
         return {"outcome": "completed", "message": ""}
     kind, _, message = error.partition(": ")
     return {"outcome": kind, "message": message}
+
+
+def _saver(conninfo: str, schema: str) -> PostgresSaver | SqliteSaver:
+    if conninfo.startswith("sqlite:"):
+        return SqliteSaver(conninfo.removeprefix("sqlite:"))
+    return PostgresSaver(conninfo, schema=schema)
 
 
 def approval(conninfo: str, schema: str, mode: str, *rest: str) -> dict[str, Any]:

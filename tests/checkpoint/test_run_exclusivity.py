@@ -22,7 +22,7 @@ import pytest
 import rxgraph
 from rxgraph import RunnableConfig
 from rxgraph.agent import ReactAgent, tool
-from rxgraph.checkpoint import PostgresSaver
+from rxgraph.checkpoint import PostgresSaver, SqliteSaver
 from rxgraph.errors import RunInterruptedError, ThreadBusyError
 from rxgraph.messages import UserMessage, request_violations
 
@@ -101,7 +101,7 @@ def spawn(workers: list[Worker], dsn: str, schema: str, *args: str) -> Worker:
     return worker
 
 
-def user_texts(saver: PostgresSaver, thread_id: str) -> list[str]:
+def user_texts(saver: PostgresSaver | SqliteSaver, thread_id: str) -> list[str]:
     head = saver.get(thread_id)
     if head is None:
         return []
@@ -195,25 +195,40 @@ def test_interrupt_from_a_second_process_rewinds_the_first_then_runs(
         assert later and not later & earlier
 
 
-def test_a_killed_process_frees_its_thread_and_the_next_turn_is_valid(
-    workers: list[Worker], postgres_server: str, postgres_schema: str
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_killed_process_frees_its_thread_and_its_turn_is_rewound_before_the_next_one(
+    workers: list[Worker], postgres_server: str, postgres_schema: str, tmp_path: Path, kind: str
 ) -> None:
-    first = spawn(workers, postgres_server, postgres_schema, "hold", "killed", "t", "enqueue")
+    dsn = f"sqlite:{tmp_path / 'turns.db'}" if kind == "sqlite" else postgres_server
+    before = spawn(workers, dsn, postgres_schema, "turn", "before", "t", "reject")
+    assert before.line() == "started" and before.result()["outcome"] == "completed"
+    first = spawn(workers, dsn, postgres_schema, "hold", "killed", "t", "enqueue")
     assert first.line() == "started"  # mid-turn: the tool call is stored, its answer is not
     first.process.send_signal(signal.SIGKILL)
     first.process.wait(30)
 
-    second = spawn(workers, postgres_server, postgres_schema, "turn", "after", "t", "reject")
+    second = spawn(workers, dsn, postgres_schema, "turn", "after", "t", "reject")
     assert second.line() == "started"  # not refused: the killed process holds nothing any more
     assert second.result()["outcome"] == "completed"  # WeatherModel raises on any request a strict API refuses
 
-    with PostgresSaver(postgres_server, schema=postgres_schema) as saver:
+    saver = (
+        SqliteSaver(tmp_path / "turns.db")
+        if kind == "sqlite"
+        else PostgresSaver(postgres_server, schema=postgres_schema)
+    )
+    with saver:
         head = saver.get("t")
         assert head is not None and head.safe and request_violations(list(head.values["messages"])) == []
-        # the new turn started from the newest safe checkpoint: the killed turn's input, without its cut tool step
-        roles = [(type(m).__name__, getattr(m, "content", "")) for m in head.values["messages"]]
-        assert roles[:2] == [("UserMessage", "killed"), ("UserMessage", "after")]
-        assert [name for name, _ in roles[2:]] == ["AssistantMessage", "ToolMessage", "AssistantMessage"]
+        # The killed turn is undone as a cancel would have undone it: the next turn holds nothing of it.
+        assert user_texts(saver, "t") == ["before", "after"]
+        history = saver.list("t")
+        killed = {c.run_id for c in history if c.source == "input" and c.values["messages"][-1].content == "killed"}
+        assert len(killed) == 1
+        rewinds = [c for c in history if c.source == "rewind"]
+        assert [c.run_id for c in rewinds] == list(killed)
+        assert rewinds[0].error is not None and "never ended" in rewinds[0].error
+        # Its checkpoints stay in the history, for debugging: its input and its model's tool call.
+        assert [c.node for c in history if c.run_id in killed and c.source != "rewind"] == ["model", "__start__"]
 
 
 def test_the_same_policies_hold_between_two_savers_of_one_process(postgres_server: str, postgres_schema: str) -> None:
