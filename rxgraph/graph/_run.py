@@ -1025,6 +1025,12 @@ class Run:
         self.writer.mark_cancelled()
         self.info.cancelled.set()
         self.disposed = True
+        # Ending from now on, not only once do_finally starts the rewind: a second dispose on another thread returns
+        # at once while this one still tears the upstream down, and what it starts next (a read, a run) must wait
+        # for the rewind. The thread disposing now is the one that will rewind (do_finally runs after the dispose).
+        if not self.ending:
+            self.ending_thread = threading.get_ident()
+            self.ending = True
         step = self.step
         if step is not None:
             step.stopped = True

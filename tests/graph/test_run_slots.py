@@ -182,6 +182,45 @@ def test_get_state_waits_while_a_cut_run_is_rewinding(saver_factory: Callable[[]
     assert read == [{}]
 
 
+def test_after_a_second_dispose_reads_and_runs_wait_while_the_first_is_still_tearing_the_run_down(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # The first dispose is still disposing the run's stream (its teardown blocks) when a second dispose of the same
+    # subscription returns at once: a read or a run that follows must not see the cut turn's head.
+    tearing, gate = threading.Event(), threading.Event()
+
+    def hanging_answer(state: Any) -> rx.Observable[Any]:
+        def subscribe(observer: Any, scheduler: Any = None) -> Callable[[], None]:
+            def teardown() -> None:
+                tearing.set()
+                assert gate.wait(10), "the test never opened the gate"
+
+            return teardown
+
+        return rx.create(subscribe)
+
+    saver = saver_factory()
+    app = _chat(saver, answer=lambda s: hanging_answer(s) if s["log"][-2] == "question B" else {"log": "fine"})
+    config = RunnableConfig(thread_id="t")
+    app.invoke({"log": "question A"}, config)
+    before = dict(app.get_state(config).values)
+    subscription = app.stream({"log": "question B"}, config).subscribe()
+    assert list(app.get_state(config).values["log"])[-1] == "thinking about question B"  # mid-turn, live
+    disposer = threading.Thread(target=subscription.dispose)
+    disposer.start()
+    assert tearing.wait(10)
+    subscription.dispose()  # the second disposer: returns at once
+    reading = threading.Event()
+    opener = threading.Thread(target=lambda: reading.wait(10) and gate.set())
+    opener.start()
+    reading.set()
+    seen = dict(app.get_state(config).values)  # waits until the first dispose has rewound the thread
+    opener.join()
+    disposer.join()
+    assert seen == before
+    assert dict(app.get_state(config).values) == before
+
+
 def test_reject_refuses_a_run_while_another_is_live_and_names_it(saver_factory: Callable[[], CheckpointSaver]) -> None:
     scheduler = TestScheduler()
     app = _chat(saver_factory(), answer=lambda s: rx.timer(5.0).pipe(ops.map(lambda _: {"log": "late answer"})))
