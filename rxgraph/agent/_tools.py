@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 import uuid
-from collections.abc import Callable
-from types import MappingProxyType
+from collections import ChainMap
+from collections.abc import Callable, MutableMapping
+from types import FrameType, MappingProxyType
 from typing import Any, get_type_hints, overload
 
 import reactivex as rx
@@ -84,7 +86,7 @@ class Tool:
         self.requires_approval = requires_approval
         self.description = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         self.run_info = run_info_parameter(fn)
-        self._arguments = _arguments_model(fn, self.name, self.run_info)
+        self._arguments = _arguments_model(fn, self.name, self.run_info, _maker_names(self))
         schema = self._arguments.model_json_schema()
         schema.pop("title", None)
         self.spec = ToolSpec(name=self.name, description=self.description, parameters=schema)
@@ -221,14 +223,63 @@ def _standalone_run() -> RunInfo:
     return RunInfo(thread_id=None, run_id=uuid.uuid4().hex, context=MappingProxyType({}), loop_of=background_loop)
 
 
-def _arguments_model(fn: Callable[..., Any], name: str, run_info: str | None) -> type[BaseModel]:
-    signature = inspect.signature(fn)
+_Names = tuple[MutableMapping[str, Any], MutableMapping[str, Any]]
+"""The local and the global names of a frame."""
+
+
+def _maker_names(made: Tool) -> _Names:
+    """The names where ``made`` is being made — ``@tool`` applied, or ``Tool(...)`` called — for its type hints.
+
+    That is the first frame up the stack outside this module (``tool`` and its decorator) and outside a ``Tool``
+    subclass's ``__init__`` for this same tool: its local names (none when it runs at module level) and its global
+    names. A function defined in a factory, a test or a notebook cell under ``from __future__ import annotations``
+    names types the factory imported or defined, which its module's globals do not have (pydantic looks there too).
+    """
+    getframe: Callable[[int], FrameType] | None = getattr(sys, "_getframe", None)
+    if getframe is None:  # an interpreter without frames: the function's module only
+        return {}, {}
+    frame: FrameType | None = getframe(1)
     try:
-        hints = get_type_hints(fn)
+        while frame is not None and (
+            frame.f_globals is globals() or (frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is made)
+        ):
+            frame = frame.f_back
+        if frame is None:
+            return {}, {}
+        if frame.f_locals is frame.f_globals:  # module level: those are globals, looked up after the function's own
+            return {}, frame.f_globals
+        return frame.f_locals, frame.f_globals
+    finally:
+        del frame  # keep no frame alive from this one
+
+
+def _type_hints(fn: Callable[..., Any], name: str, maker: _Names) -> dict[str, Any]:
+    """``fn``'s resolved type hints. A name is looked up in the local names where the tool is made, then in the
+    function's own module, then in the maker's module (see ``_maker_names``), then in the builtins.
+
+    Raises:
+        InvalidTypeError: a hint names something none of them has (``argument="fn"``).
+    """
+    maker_locals, maker_globals = maker
+    try:
+        own_globals = getattr(inspect.unwrap(fn), "__globals__", {})
+    except ValueError:  # a __wrapped__ cycle
+        own_globals = getattr(fn, "__globals__", {})
+    # The function's module before the maker's: a function made a tool in another module keeps its meaning.
+    names = ChainMap(maker_locals, own_globals, maker_globals)
+    try:
+        return get_type_hints(fn, localns=names)
     except Exception as error:
         raise InvalidTypeError(
-            f"tool {name!r}: cannot resolve the type hints of its parameters ({error})", argument="fn"
+            f"tool {name!r}: cannot resolve the type hints of its parameters ({error}); define or import each type "
+            "before the tool is made, in the function's module or where @tool is applied",
+            argument="fn",
         ) from error
+
+
+def _arguments_model(fn: Callable[..., Any], name: str, run_info: str | None, maker: _Names) -> type[BaseModel]:
+    signature = inspect.signature(fn)
+    hints = _type_hints(fn, name, maker)
     fields: dict[str, Any] = {}
     for parameter in signature.parameters.values():
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -270,6 +321,11 @@ def tool(
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of a typed function: its name, its docstring as the description, its parameters' types and
     defaults as the JSON schema of its arguments. Use as ``@tool`` or ``@tool(name=..., description=...)``.
+
+    The type hints are resolved when the tool is made, as pydantic resolves them: with the local names of the
+    function (or class body) where ``@tool`` is applied first — so a tool defined in a factory, a test or a notebook
+    can use types imported or defined there, even under ``from __future__ import annotations`` — then the names of
+    the function's module.
 
     Args:
         fn: the function, plain or ``async def``; every parameter must be passable by name and its type must have
