@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from reactivex import Observable
@@ -14,22 +15,52 @@ _T = TypeVar("_T")
 
 _NEXT, _ERROR, _DONE = 0, 1, 2
 
+_Task = asyncio.Task[Any]
 
-async def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
-    """Subscribe ``source`` and yield its items on the running event loop, in order; raise its error; stop when it
-    completes.
+
+def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
+    """Subscribe ``source`` when first iterated and yield its items on the running event loop, in order; raise its
+    error; stop when it completes.
 
     Items may come from any thread: each is handed to the loop with ``call_soon_threadsafe`` and waits in a queue
     until the consumer asks for it. The queue is unbounded — a slow consumer loses nothing, and the source is never
     slowed down (reactivex has no backpressure): what the source emits faster than it is consumed is held in memory.
 
-    Leaving the ``async for`` (``break``, an exception), closing the iterator (``aclose``), or cancelling the task
-    that iterates disposes the subscription — on a worker thread, because a dispose may do I/O (a run's rewind) —
-    and the iterator's cleanup waits until that dispose has returned. (``break`` closes the iterator when it is
-    dropped, at once in CPython when nothing else holds it; ``contextlib.aclosing`` makes that explicit.) A task
-    that iterates and then ends without closing the iterator — cancelled while its ``async for`` body awaited
-    something else, say — disposes it as it ends, without waiting for the garbage collector to close the iterator.
+    The iterator is an async generator, and it ends the way one does. Exactly these dispose the subscription (for a
+    run: cancel it and rewind its turn):
+
+    1. Closing it: ``aclose()``, ``contextlib.aclosing``, or leaving an ``async for`` by ``break``, ``return`` or an
+       exception (the generator is closed as soon as it is dropped, in CPython; the loop runs that close).
+    2. Cancelling an ``__anext__`` while it waits for an item: cancelling the task that awaits it, and so also a
+       per-item timeout that fires (``asyncio.wait_for(it.__anext__(), t)`` cancels the ``__anext__`` it gives up
+       on). Like any async generator whose ``__anext__`` was cancelled, the iterator is then finished: the next
+       ``__anext__`` raises ``StopAsyncIteration``. To wait with a timeout (an SSE heartbeat) and keep the run, keep
+       the ``__anext__`` in a task and wait with ``asyncio.wait({task}, timeout=t)``, which does not cancel it.
+    3. Dropping it without closing it (the garbage collector closes it).
+    4. Cancelling the task that created it, or the task that asked for the latest item, while the iterator is open
+       and no ``__anext__`` is in progress — a consumer cancelled in its ``async for`` body, say. This does not wait
+       for the garbage collector, which the cancellation's traceback can hold off. The creator stops counting once
+       another task has asked for items twice in a row: that task runs the iteration from then on. The iterator is
+       then finished, as if closed: a later ``__anext__`` raises ``StopAsyncIteration``.
+
+    Nothing else does. A task that ends normally never does — whoever else holds the iterator may go on — so a task
+    that reads one item and returns is fine: ``wait_for``'s inner task (Python 3.11 runs each call in a task of its
+    own), ``asyncio.create_task(it.__anext__())`` or ``asyncio.ensure_future(anext(it))`` merged with
+    ``asyncio.wait``. A task that fails leaves its ``async for`` by an exception, which drops the iterator (rules 1
+    and 3; its traceback may hold the iterator until the error is handled). A task still waiting in ``__anext__``
+    is iterating: cancel the tasks you create for it when you stop reading.
+
+    The dispose runs on a worker thread (the loop's default executor), because a dispose may do I/O (a run's
+    rewind); the iterator's cleanup, and a cancelled ``__anext__``, wait until it has returned.
     """
+    try:
+        creator = asyncio.current_task()
+    except RuntimeError:  # no running loop: made outside asyncio code, so no task can own it yet
+        creator = None
+    return _iterate(source, creator)
+
+
+async def _iterate(source: Observable[_T], creator: _Task | None) -> AsyncGenerator[_T, None]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
     ended = False
@@ -40,26 +71,16 @@ async def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
     subscription = source.subscribe(
         lambda value: _put(_NEXT, value), lambda error: _put(_ERROR, error), lambda: _put(_DONE, None)
     )
-
-    def _task_ended(_: object) -> None:
-        if not ended:
-            loop.run_in_executor(None, subscription.dispose)
-
-    task = asyncio.current_task()
-    if task is not None:
-        task.add_done_callback(_task_ended)
+    owners = _Owners(loop, subscription.dispose, creator)
     try:
         while True:
             kind, value = await queue.get()
             if kind == _NEXT:
+                owners.idle()
                 yield value
-                now = asyncio.current_task()
-                if now is not task:  # another task iterates from here on: its end is the one to watch
-                    if task is not None:
-                        task.remove_done_callback(_task_ended)
-                    task = now
-                    if task is not None:
-                        task.add_done_callback(_task_ended)
+                if owners.disposal is not None:
+                    return  # a task that owned it ended while it was idle: it is finished, as if it were closed
+                owners.asking(asyncio.current_task())
             elif kind == _ERROR:
                 ended = True
                 raise value
@@ -67,9 +88,90 @@ async def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
                 ended = True
                 return
     finally:
-        if task is not None:
-            task.remove_done_callback(_task_ended)
-        if not ended:
-            ended = True
+        owners.finish()
+        if not ended and owners.disposal is None:
+            owners.disposal = loop.run_in_executor(None, subscription.dispose)
+        if owners.disposal is not None:
             # Shielded: a cancelled task still waits for the dispose (and a run's rewind) it started.
-            await asyncio.shield(loop.run_in_executor(None, subscription.dispose))
+            await asyncio.shield(owners.disposal)
+
+
+class _Owners:
+    """The tasks whose cancellation disposes an idle iterator (rule 4 of ``to_async_iterator``): the owner (the
+    creator, until a task asks twice in a row) and the borrower (the task that asked for the latest item, when that
+    is not the owner).
+
+    Why not simply the task that asked last: a task that runs one ``__anext__`` (``wait_for``'s inner task, a
+    ``create_task(it.__anext__())``) ends as soon as it has the item, while the consumer that awaits it goes on. Such
+    a task ends normally, and a normal end never disposes; the owner is still watched for the consumer.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, dispose: Callable[[], None], creator: _Task | None) -> None:
+        self._loop = loop
+        self._dispose = dispose
+        self.disposal: asyncio.Future[None] | None = None
+        """The dispose an owner's cancellation started, once one did (the iterator's cleanup waits for it)."""
+        self._busy = False
+        self._finished = False
+        self._watched: set[_Task] = set()
+        self._owner: _Task | None = None
+        self._borrower: _Task | None = None
+        # Weak: a finished helper task still holds its coroutine, the ``__anext__`` of this generator, whose frame
+        # holds this object — a strong reference would keep a dropped iterator alive until a cycle collection.
+        self._last: weakref.ref[_Task] | None = None
+        if creator is not None and not creator.done() and creator.get_loop() is loop:
+            self._owner = creator
+            self._watch(creator)
+        self.asking(asyncio.current_task())
+
+    def asking(self, task: _Task | None) -> None:
+        """An ``__anext__`` runs in ``task``: it may become the borrower, or the owner if it asked last time too."""
+        self._busy = True
+        if task is not None and task is not self._owner:
+            # Asking again, it runs the loop that iterates: the creator's part is over.
+            if self._last is not None and task is self._last():
+                if self._owner is not None:
+                    self._unwatch(self._owner)
+                self._owner, self._borrower = task, None
+            elif task is not self._borrower:
+                if self._borrower is not None:
+                    self._unwatch(self._borrower)
+                self._borrower = task
+            self._watch(task)
+        self._last = None if task is None else weakref.ref(task)
+
+    def idle(self) -> None:
+        """The ``__anext__`` in progress has its item: nobody is iterating until the next one."""
+        self._busy = False
+
+    def finish(self) -> None:
+        """The iterator is finished: no task's end matters any more."""
+        self._finished = True
+        for task in list(self._watched):
+            self._unwatch(task)
+
+    def _watch(self, task: _Task) -> None:
+        if task not in self._watched:
+            self._watched.add(task)
+            task.add_done_callback(self._ended)
+
+    def _unwatch(self, task: _Task) -> None:
+        if task in self._watched:
+            self._watched.discard(task)
+            task.remove_done_callback(self._ended)
+
+    def _ended(self, task: _Task) -> None:
+        self._watched.discard(task)
+        if task is self._owner:
+            self._owner = None
+        if task is self._borrower:
+            self._borrower = None
+        # While an `__anext__` is in progress someone is iterating: were it this task's, being cancelled in it
+        # already closed the iterator (rule 2).
+        if self._finished or self._busy or self.disposal is not None:
+            return
+        # Only a cancellation: an error's traceback keeps its exception retrievable for whoever awaits the task
+        # (asking for it here would silence asyncio's "never retrieved" report), and the failing task's frame drops
+        # the iterator once the error is handled (rule 3).
+        if task.cancelled():
+            self.disposal = self._loop.run_in_executor(None, self._dispose)
