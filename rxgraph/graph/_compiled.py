@@ -12,10 +12,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from reactivex import Observable, abc
-from reactivex.scheduler import VirtualTimeScheduler
+from reactivex.scheduler import CurrentThreadScheduler, VirtualTimeScheduler
 
 from .._frozen import freeze
 from ..checkpoint._base import Checkpoint, CheckpointSaver
@@ -33,12 +33,14 @@ from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
 from ._draw import draw_mermaid
-from ._interrupt import Command, names_of, pending_of, tasks_of
-from ._outputs import RunOutput, StateSnapshot
+from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt, names_of, pending_of, tasks_of
+from ._outputs import InterruptOutput, RunOutput, StateSnapshot
 from ._run import Run
 from ._slots import slots_for
 from ._spec import GraphSpec
 from ._writer import ThreadWriter
+
+_SAME = object()  # _stream's default: its nodes are told the run's own thread
 
 __all__ = ["CompiledGraph", "inner_stream", "spec_of"]
 
@@ -110,31 +112,78 @@ class CompiledGraph:
         Blocks the calling thread until the run ends (also when nodes run on other threads); with a virtual-time
         scheduler in the config, advances it until then.
 
+        A run that stopped for a human returns the state it keeps for the resume, with the stop under
+        ``"__interrupt__"``: a tuple of one ``PendingInterrupt`` (its ``value`` is what was asked). Resume with
+        ``invoke(Command(resume=answer), config)``.
+
+        Called from a node of another run (a node that runs a graph of its own), it works as anywhere else: the
+        inner run starts on a worker thread when the node runs inside a run's trampoline, which this call would
+        otherwise block. If the inner run stops for a human, the question goes up: the node itself is interrupted
+        with the inner run's ``value``, and when the outer run is resumed, the node's call of ``invoke`` passes the
+        answer to the inner thread as ``Command(resume=answer)``. That needs the inner graph to keep its thread (a
+        checkpointer and ``config.thread_id``); without one, the stop is only in the returned ``"__interrupt__"``.
+
         Args:
             input: as for ``stream``.
             config: as for ``stream``.
 
         Returns:
-            The final state, as a plain dict of its (frozen) values.
+            The final state, as a plain dict of its (frozen) values (plus ``"__interrupt__"`` for a stopped run).
 
         Raises:
             DeadlockError: called on the event loop its run's scheduler uses, or the run cannot finish on its
                 virtual-time scheduler.
+            NodeInterrupt: called from a node, the inner run (with a thread) stopped for a human: the node stops.
             Exception: whatever the run failed with (a node's own exception, ``GraphRecursionError``, ...).
         """
         config = self._check_config(config)
         _refuse_blocking_on_own_loop(config.scheduler)
+        resumable = in_node_call() and self._spec.checkpointer is not None and config.thread_id is not None
+        if resumable and isinstance(input, Mapping | None) and self._waits_on_interrupt(config):
+            answer = interrupt(None)  # the outer run was resumed with the answer to this thread's question
+            input = Command(resume=answer)
+        values, stop = self._run_to_end(input, config)
+        while stop is not None and resumable:
+            # The question goes up to the outer run (NodeInterrupt); on its resume the answer comes back here.
+            values, stop = self._run_to_end(Command(resume=interrupt(stop.value)), config)
+        if stop is not None:
+            values["__interrupt__"] = (stop,)
+        return values
+
+    def _waits_on_interrupt(self, config: RunnableConfig) -> bool:
+        saver = self._spec.checkpointer
+        assert saver is not None and config.thread_id is not None
+        head = saver.get(config.thread_id)
+        return head is not None and bool(head.pending) and "interrupt" in (head.pending or {})
+
+    def _run_to_end(
+        self, input: Mapping[str, Any] | Command | None, config: RunnableConfig
+    ) -> tuple[dict[str, Any], PendingInterrupt | None]:
+        """Run, block until the run ended, and return its final values and the stop it ended on, if any."""
         final: list[Mapping[str, Any]] = []
         errors: list[Exception] = []
+        stops: list[PendingInterrupt] = []
         done = threading.Event()
+
+        def _on_next(output: RunOutput) -> None:
+            if isinstance(output, InterruptOutput):
+                stops.append(output.interrupt)
 
         def _on_error(error: Exception) -> None:
             errors.append(error)
             done.set()
 
         # invoke() blocks this thread: coroutines of the run must not be awaited on a loop running here.
-        self._stream(input, config, final.append, await_here=False).subscribe(on_error=_on_error, on_completed=done.set)
+        run = self._stream(input, config, final.append, await_here=False)
         scheduler = config.scheduler
+        if scheduler is None and not CurrentThreadScheduler.singleton().schedule_required():
+            # A trampoline runs on this thread (this is a node of another run, or an operator's callback): the run
+            # would be queued on it behind the very action that now blocks waiting for it. Start it on a worker.
+            worker_pool().schedule(
+                lambda *_: run.subscribe(_on_next, on_error=_on_error, on_completed=done.set) and None
+            )
+        else:
+            run.subscribe(_on_next, on_error=_on_error, on_completed=done.set)
         if not done.is_set() and isinstance(scheduler, VirtualTimeScheduler):
             VirtualTimeScheduler.start(scheduler)
             if not done.is_set():
@@ -145,7 +194,7 @@ class CompiledGraph:
         done.wait()
         if errors:
             raise errors[0]
-        return dict(final[0])
+        return dict(final[0]), stops[-1] if stops else None
 
     def astream(
         self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
@@ -194,6 +243,7 @@ class CompiledGraph:
         *,
         await_here: bool = True,
         on_updates: Callable[[tuple[Any, ...]], None] | None = None,
+        shown_thread: object = _SAME,
     ) -> Observable[RunOutput]:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
@@ -217,6 +267,8 @@ class CompiledGraph:
             run = Run(
                 spec, frozen_input, run_config, on_final_state, running_loop() if await_here else None, on_updates
             )
+            if shown_thread is not _SAME:  # a subgraph's run: its nodes work for the parent's thread
+                run.info.thread_id = cast("str | None", shown_thread)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
             pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))
@@ -400,11 +452,14 @@ def inner_stream(
     input: Mapping[str, Any] | Command,
     config: RunnableConfig,
     on_updates: Callable[[tuple[Any, ...]], None],
+    *,
+    shown_thread: str | None,
 ) -> Observable[RunOutput]:
     """A run of ``graph`` on ``saver`` instead of its own checkpointer, telling ``on_updates`` each step's updates
-    before its outputs: how a subgraph node runs its graph."""
+    before its outputs, and its nodes that they work for ``shown_thread`` (the parent's): how a subgraph node runs
+    its graph."""
     inner = CompiledGraph(replace(graph._spec, checkpointer=saver))
-    return inner._stream(input, config, None, await_here=False, on_updates=on_updates)
+    return inner._stream(input, config, None, await_here=False, on_updates=on_updates, shown_thread=shown_thread)
 
 
 def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "PendingInterrupt",
     "current_call",
     "enter_scope",
+    "in_node_call",
     "interrupt",
     "leave_scope",
     "names_of",
@@ -162,6 +163,11 @@ def scoped(result: Any, call: CallScope) -> Any:
     """``result`` as a node call returned it — a coroutine wrapped so that its body runs in a scope of its own (an
     ``async def`` node's body runs later, on the run's loop, outside the call's scope)."""
     return _in_scope(result, call) if inspect.iscoroutine(result) else result
+
+
+def in_node_call() -> bool:
+    """Whether this code runs inside a node's call (its action, on the thread or task the run called it in)."""
+    return _scope.get() is not None
 
 
 def current_call() -> CallScope:

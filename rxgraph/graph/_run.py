@@ -51,6 +51,7 @@ from reactivex.scheduler import CurrentThreadScheduler
 
 from .._frozen import freeze
 from .._log import log
+from ..checkpoint._base import Checkpoint
 from ..errors import (
     CheckpointConflictError,
     GraphRecursionError,
@@ -534,6 +535,8 @@ class Run:
                 has_input=self.input is not None,
                 on_unsafe_head=spec.policy.on_unsafe_head,
             )
+            if self.input is None:
+                self._check_resume(choice.base)  # refused before the run starts: nothing is written
             writer.start(choice)
             base = choice.base
         state: dict[str, Any] = dict(base.values) if base is not None else {}
@@ -556,7 +559,14 @@ class Run:
         self.state = state
         self.next, self.joins, self.interrupt_at = tasks, joins, stop
 
-    def _resume_from(self, base: Any, state: dict[str, Any]) -> None:
+    def _check_resume(self, base: Checkpoint | None) -> None:
+        """Refuse a run without input that has nothing to resume: no thread, no checkpoint, or a ``Command`` for a
+        thread that waits on no interrupt.
+
+        Raises:
+            InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt.
+            ThreadNotFoundError: the thread has no checkpoint.
+        """
         writer = self.writer
         if writer.saver is None:
             raise InvalidArgumentError(
@@ -570,16 +580,20 @@ class Run:
                 "input (stream(input, config))",
                 thread_id=writer.thread_id or "",
             )
+        if self.resume is not None and not (base.pending and "interrupt" in base.pending):
+            raise InvalidArgumentError(
+                f"thread {writer.thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes "
+                "an interrupted run (this one may have been answered already); start a turn with input instead",
+                argument="input",
+            )
+
+    def _resume_from(self, base: Any, state: dict[str, Any]) -> None:
+        self._check_resume(base)
+        writer = self.writer
         # No input: continue where the base checkpoint said the run would go next (nothing left: done).
         tasks, joins, waiting = tasks_of(base.next, base.pending)
         stored = (base.pending or {}).get("subgraph") or {}
         self.progress = {int(index): inner for index, inner in stored.items()}  # subgraphs go on where they were
-        if self.resume is not None and waiting is None:
-            raise InvalidArgumentError(
-                f"thread {writer.thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes "
-                "an interrupted run; start a turn with input instead",
-                argument="input",
-            )
         self.state = state
         self.next, self.joins = tasks, joins
         if waiting is None:

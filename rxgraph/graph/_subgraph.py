@@ -58,8 +58,11 @@ class SubgraphNode:
     def _run(self, state: Mapping[str, Any], config: RunnableConfig, call: CallScope) -> Observable[SubgraphEvent]:
         resumes, stored = call.resumes, call.subgraph
         saver = MemorySaver()  # the inner run's own, for this call
+        # The inner run's private saver keeps it under the parent's thread id, so that its nodes are told the thread
+        # they work for (RunInfo.thread_id); a parent without a thread lends a placeholder its nodes are not told.
+        thread = config.thread_id if config.thread_id is not None else _INNER_THREAD
         inner_config = RunnableConfig(
-            thread_id=_INNER_THREAD,
+            thread_id=thread,
             scheduler=config.scheduler,
             context=config.context,
             recursion_limit=config.recursion_limit,
@@ -70,7 +73,7 @@ class SubgraphNode:
             saver.put(
                 new_checkpoint(
                     id=uuid.uuid4().hex,
-                    thread_id=_INNER_THREAD,
+                    thread_id=thread,
                     seq=1,
                     values=self._values(state, stored["updates"]),
                     next=tuple(stored["next"]),
@@ -89,7 +92,7 @@ class SubgraphNode:
         stopped: list[InterruptOutput] = []
 
         def inner_state() -> dict[str, Any]:
-            head = saver.get(_INNER_THREAD)
+            head = saver.get(thread)
             assert head is not None
             return {
                 "next": list(head.next),
@@ -125,5 +128,5 @@ class SubgraphNode:
                 return rx.of(SubgraphEvent(self.name, None, tuple(waiting)))
             return rx.empty()
 
-        run = inner_stream(self.graph, saver, source, inner_config, on_updates)
+        run = inner_stream(self.graph, saver, source, inner_config, on_updates, shown_thread=config.thread_id)
         return rx.concat(run.pipe(ops.filter(keep), ops.map(event)), rx.defer(lambda _: after()))

@@ -151,7 +151,7 @@ def test_an_async_node_interrupts_by_returning_node_interrupt(saver_factory: Cal
 
     app = StateGraph().add_node("ask", ask).add_edge(START, "ask").add_edge("ask", END).compile(saver_factory())
     config = RunnableConfig(thread_id="t")
-    assert app.invoke({}, config) == {}
+    assert app.invoke({}, config) == {"__interrupt__": (PendingInterrupt("ask", "inside", "what now?"),)}
     assert app.get_state(config).interrupt == PendingInterrupt("ask", "inside", "what now?")
     app.update_state(config, {"answer": "this"})  # edit the state; the interrupt stays pending
     assert app.get_state(config).interrupt is not None
@@ -272,7 +272,7 @@ def test_an_async_node_asks_with_interrupt_and_gets_its_answers_in_order(
     graph = StateGraph().add_node("form", form, retry=policy)
     app = graph.add_edge(START, "form").add_edge("form", END).compile(saver_factory())
     config = RunnableConfig(thread_id="t")
-    assert app.invoke({}, config) == {}
+    assert app.invoke({}, config) == {"__interrupt__": (PendingInterrupt("form", "inside", "name?"),)}
     assert app.get_state(config).interrupt == PendingInterrupt("form", "inside", "name?")
     app.invoke(Command(resume="Ada"), config)
     assert app.get_state(config).interrupt == PendingInterrupt("form", "inside", "age?", resumes=("Ada",))
