@@ -14,9 +14,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
-__all__ = ["FrozenDict", "FrozenList", "freeze"]
+from .errors import InvalidArgumentError
+
+__all__ = ["MAX_DEPTH", "FrozenDict", "FrozenList", "freeze"]
 
 _T = TypeVar("_T")
+
+MAX_DEPTH = 100
+"""How many levels of containers (lists, tuples, dicts, sets; a registered model counts as one) a stored value may
+nest. Far above what state holds in practice, and low enough that freezing, encoding, decoding and validating such
+a value stay well within Python's default recursion limit (1,000 frames), whatever the caller's stack."""
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -178,22 +185,56 @@ class FrozenDict(Mapping[_K, _V]):
         return f"FrozenDict({self._data!r})"
 
 
+# What freeze returns as it is, by exact type (one set lookup: the common case, a message or a number, costs no
+# more). Subclasses of these go the long way round, and come back as they are too.
+_KEPT = frozenset({str, int, float, bool, bytes, type(None), FrozenList, FrozenDict, frozenset})
+
+
 def freeze(value: Any) -> Any:
     """Return ``value`` with every list, dict and set inside it replaced by an immutable equivalent.
 
     Lists become :class:`FrozenList`, dicts and ``MappingProxyType`` views :class:`FrozenDict`, sets ``frozenset``;
     tuples are rebuilt only if an item changed. Anything else (numbers, strings, frozen pydantic models, user
     objects) is returned as it is: keeping those immutable is the caller's part of the contract.
+
+    Containers may nest at most :data:`MAX_DEPTH` levels below ``value`` (``value`` itself one more, since it is
+    often a mapping of state values: a run's input, a node's update). Already frozen containers are kept as they
+    are, not walked; the saver checks those when it stores them.
+
+    Raises:
+        InvalidArgumentError: ``value`` nests deeper than that; raised before anything runs or is stored, so that
+            no later step (storing, reading back, validating) meets a bare ``RecursionError``.
     """
-    if isinstance(value, str | int | float | bool | bytes | FrozenList | FrozenDict | frozenset) or value is None:
+    if type(value) in _KEPT:
         return value
+    return _freeze(value, 0)
+
+
+def _freeze(value: Any, depth: int) -> Any:
+    """``freeze`` of ``value``, which sits ``depth`` containers below the value given to ``freeze``. Two frames per
+    level (this function and a comprehension), so that the depth limit, not Python's recursion limit, stops it."""
     if isinstance(value, list):
-        return FrozenList(freeze(v) for v in value)
+        inner = _below(depth)
+        return FrozenList([v if type(v) in _KEPT else _freeze(v, inner) for v in value])
     if isinstance(value, dict | MappingProxyType):  # a proxy is read-only, not frozen: its dict can still change
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        inner = _below(depth)
+        return FrozenDict({k: v if type(v) in _KEPT else _freeze(v, inner) for k, v in value.items()})
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        frozen = tuple(freeze(v) for v in value)
+        inner = _below(depth)
+        frozen = tuple([v if type(v) in _KEPT else _freeze(v, inner) for v in value])
         return value if all(a is b for a, b in zip(frozen, value, strict=True)) else frozen
     if isinstance(value, set):
+        _below(depth)
         return frozenset(value)
     return value
+
+
+def _below(depth: int) -> int:
+    """The depth of the items of a container at ``depth``; refused past :data:`MAX_DEPTH`."""
+    if depth > MAX_DEPTH:
+        raise InvalidArgumentError(
+            f"a value nests lists, tuples, dicts or sets more than {MAX_DEPTH} levels deep, which rxgraph does not "
+            "store (deeper values would exhaust Python's recursion limit when they are written or read back): "
+            "flatten it, or keep it as text (a JSON string, say)"
+        )
+    return depth + 1

@@ -188,14 +188,33 @@ def duplicate_id(checkpoint: Checkpoint) -> InvalidCheckpointError:
     )
 
 
+MAX_LIST_LIMIT = 2**63 - 1
+"""The largest ``limit`` ``CheckpointSaver.list`` takes: the largest integer SQLite and PostgreSQL count to (``None``
+lists every checkpoint)."""
+
+
 def check_limit(limit: int | None) -> None:
-    """Raise unless ``limit`` is a valid ``limit`` for ``CheckpointSaver.list`` (``None``, or at least 0).
+    """Raise unless ``limit`` is a valid ``limit`` for ``CheckpointSaver.list``: ``None``, or an int from 0 to
+    :data:`MAX_LIST_LIMIT`.
 
     Raises:
-        InvalidArgumentError: ``limit`` is negative.
+        InvalidTypeError: ``limit`` is not an int (a bool is not one).
+        InvalidArgumentError: ``limit`` is negative, or larger than ``MAX_LIST_LIMIT`` (which an SQL ``LIMIT`` cannot
+            take).
     """
-    if limit is not None and limit < 0:
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidTypeError(f"limit must be None or an int, got {type(limit).__name__}", argument="limit")
+    if limit < 0:
         raise InvalidArgumentError(f"limit must be None or >= 0, got {limit}", argument="limit")
+    if limit > MAX_LIST_LIMIT:
+        # Not the number itself: its decimal text may be longer than Python writes.
+        raise InvalidArgumentError(
+            f"limit must be at most 2**63 - 1, got an int of {limit.bit_length()} bits; pass None to list every "
+            "checkpoint",
+            argument="limit",
+        )
 
 
 def check_prune(keep_last: int | None, before: datetime | None) -> None:

@@ -5,21 +5,39 @@ Nothing is ever unpickled: a stored value can only turn back into JSON scalars, 
 
 Encoding (standard JSON throughout, so any JSON store can hold it):
 
-- ``None``, ``bool``, ``int``, ``str`` and finite ``float`` are themselves;
+- ``None``, ``bool``, ``str``, finite ``float`` and ``int`` are themselves, except an int whose decimal text is
+  longer than Python reads back by default (4,300 digits, ``sys.set_int_max_str_digits``): ``{"$int": "<hex>"}``;
 - ``FrozenList`` and ``list`` are JSON arrays, decoded as ``FrozenList``;
 - ``FrozenDict``, ``dict`` and ``MappingProxyType`` with ``str`` keys are JSON objects, decoded as ``FrozenDict``;
 - everything else is a *tagged* object, whose single tag key starts with ``$``: ``{"$tuple": [...]}``,
   ``{"$set": [...]}`` (frozenset and set, decoded as frozenset), ``{"$bytes": "<base64>"}``,
-  ``{"$float": "nan" | "inf" | "-inf"}`` and ``{"$type": "<registered name>", "data": {...}}`` for a model
-  (``data`` is pydantic's JSON-mode dump by alias, read back with a lax ``model_validate``);
+  ``{"$float": "nan" | "inf" | "-inf"}``, and a registered model (below);
 - a whole text that holds a lone surrogate (``"\\ud83d"``: half of an emoji split across two streamed deltas), which
   UTF-8 cannot encode, is wrapped once more: ``{"$wtf8": "<base64>"}`` holds the text encoded as UTF-8 with
   ``surrogatepass``. Escaping the surrogates as ``\\u`` sequences instead would not be exact: ``json.loads`` turns an
   escaped pair back into one code point. Every text ``dumps`` produces can therefore be encoded as UTF-8.
 
-Non-finite floats are handled explicitly: outside models they are tagged (above) and come back as they were; inside a
-model's data they are refused with ``SerializationError``, because pydantic's JSON-mode dump leaves them as bare
-floats, which standard JSON cannot carry.
+A registered model is ``{"$type": "<registered name>", "data": {...}}``: ``data`` is pydantic's JSON-mode dump by
+alias, read back with a lax ``model_validate``, which restores what the field types say (a tuple, a datetime, a
+nested model). A field whose type leaves the value open (``Any``, ``object``, ``dict[str, Any]``, a bare ``list``, a
+union such as ``int | str``, an extra field) gets no such help: pydantic's JSON would turn nan into None, a tuple into
+a list, bytes into text, a model into a dict, int keys into text. Such a field, when it holds anything but plain JSON
+(None, bools, short ints, finite floats, strings, lists and str-keyed dicts of those), is stored in the serde's own
+encoding instead: ``{"$model": "<name>", "data": {<the other fields>}, "values": {<key>: <encoded value>}}``. Inside
+``values`` the containers are the ones a model holds: arrays are lists, objects dicts, ``$set`` a set; frozen ones
+are wrapped, ``{"$frozen": [...]}`` (a ``FrozenList``), ``{"$frozen": {...}}`` (a ``FrozenDict``), ``{"$frozen":
+{"$set": [...]}}`` (a frozenset); a dict with keys other than strings is ``{"$dict": [[key, value], ...]}``. What
+that encoding cannot hold either (a datetime in a field typed ``Any``) is refused with ``SerializationError`` naming
+the key and the field. A model whose fields are all typed (the rxgraph messages) is always stored as ``$type``, byte
+for byte as before, and rows written before ``$model`` existed read as they always did.
+
+Non-finite floats and ints too long for decimal text are handled explicitly: outside models and in open fields they
+are tagged (above) and come back as they were; in a model's typed fields (``x: float``, ``n: int``) they are refused
+with ``SerializationError``, because pydantic's JSON-mode dump leaves them as they are, which standard JSON cannot
+carry (or Python cannot read back).
+
+Values nest at most ``MAX_DEPTH`` (100) levels of containers and models: deeper ones are refused with
+``SerializationError`` when written, so that no write or read of them meets Python's recursion limit.
 
 User keys cannot be mistaken for tags: a key of a user mapping that starts with ``$`` is stored with one more ``$``
 in front, so an object with a key that starts with exactly one ``$`` is always a tag.
@@ -31,21 +49,26 @@ a registered model would come back as something else, so they are refused rather
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
+import re
 import threading
-from collections.abc import Iterable, Mapping
+import types
+import typing
+from collections import abc
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Discriminator
 
-from .._frozen import FrozenDict, FrozenList
+from .._frozen import MAX_DEPTH, FrozenDict, FrozenList
 from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
 from ..messages._approval import ApprovalRequest, Approve, Edit, Reject
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
-__all__ = ["Serde", "default_serde", "json_text", "parse_json_text", "register"]
+__all__ = ["Serde", "default_serde", "encode_int", "json_text", "parse_json_text", "register"]
 
 _M = TypeVar("_M", bound=type[BaseModel])
 
@@ -63,16 +86,48 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
 
 _NON_FINITE = frozenset({"nan", "inf", "-inf"})
 _MAPPING_TYPES = (dict, FrozenDict, MappingProxyType)
-_TAGS = frozenset({"$type", "$tuple", "$set", "$bytes", "$float", "$wtf8"})
+# The keys of each tagged object (the tag first).
+_TAG_KEYS: dict[str, tuple[str, ...]] = {
+    "$type": ("$type", "data"),
+    "$model": ("$model", "data", "values"),
+    "$tuple": ("$tuple",),
+    "$set": ("$set",),
+    "$bytes": ("$bytes",),
+    "$float": ("$float",),
+    "$int": ("$int",),
+    "$wtf8": ("$wtf8",),
+    "$frozen": ("$frozen",),
+    "$dict": ("$dict",),
+}
+_PLAIN_TAGS = frozenset({"$frozen", "$dict"})  # written only inside a model's field
+# Python refuses to turn an int of more than 4,300 decimal digits into text or back (sys.set_int_max_str_digits,
+# whose default this is), which json.dumps and json.loads do: such ints are tagged and written in hexadecimal, which
+# the limit does not cover. The bound is the default, not the current setting, so that any process reads the text.
+_BIG_INT = 10**4300
+_HEX_INT = re.compile(r"-?[0-9a-f]+")
+# What a model's typed field can hold that its JSON dump cannot carry: (what it is, why and what to do).
+_UNJSONABLE = {
+    "float": (
+        "a non-finite float",
+        "which JSON cannot carry; use a finite value or None in the model, or store the number outside the model "
+        "(floats outside models are tagged)",
+    ),
+    "int": (
+        "an int of more than 4300 digits",
+        "which Python does not read back from decimal text; store the number outside the model's typed fields "
+        "(elsewhere ints of any size are stored exactly), or as text",
+    ),
+}
 
 
 class _Unencodable(Exception):
     """Raised inside the encoder; carries the path to the offending value so the error can name it."""
 
-    def __init__(self, value: Any, reason: str) -> None:
+    def __init__(self, value: Any, reason: str, *, by_type: bool = False) -> None:
         super().__init__(reason)
         self.value = value
         self.reason = reason
+        self.by_type = by_type  # refused for its type (not for its depth, its keys...)
         self.path: list[str] = []
 
 
@@ -89,6 +144,9 @@ class Serde:
         self._lock = threading.Lock()
         self._by_name: dict[str, type[BaseModel]] = {}
         self._by_type: dict[type[BaseModel], str] = {}
+        # Per registered class, its fields whose type leaves the value open (see _open_fields); filled when first
+        # needed (a class's annotations may only resolve once the module that defines it has finished loading).
+        self._open_fields: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {}
         for model_cls, name in _MESSAGE_MODELS:
             self.register(model_cls, name)
         for model_cls in models:
@@ -173,16 +231,26 @@ class Serde:
         try:
             text = json.dumps(tree, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except ValueError:
-            # Only a model's own dump can still hold a non-finite float (everything else was tagged).
-            where, model_name = _find_non_finite(tree)
+            # Only a model's own dump can still hold a non-finite float or a huge int (elsewhere they are tagged).
+            raise self._unjsonable(tree, key) from None
+        except RecursionError:
+            # Only a model's own dump can nest this deeply (elsewhere MAX_DEPTH stops it): a recursive model.
             raise SerializationError(
-                f"cannot store {_describe_key(key)}: the model {model_name} holds a non-finite float at {where}, "
-                "which JSON cannot carry; use a finite value or None in the model, or store the number outside "
-                "the model (floats outside models are tagged)",
+                f"cannot store {_describe_key(key)}: a registered model's fields nest too deeply for JSON; store "
+                f"at most {MAX_DEPTH} levels",
                 key=key,
-                value_type=self._by_name.get(model_name or ""),
             ) from None
         return _utf8_safe(text)
+
+    def _unjsonable(self, tree: Any, key: str | None) -> SerializationError:
+        """The error for a tree that ``json.dumps`` refused: what a model's typed field holds that JSON cannot."""
+        where, model_name, found = _find_unjsonable(tree)
+        what, why = _UNJSONABLE.get(found, ("something", "which JSON cannot carry"))
+        return SerializationError(
+            f"cannot store {_describe_key(key)}: the model {model_name} holds {what} at {where}, {why}",
+            key=key,
+            value_type=self._by_name.get(model_name or ""),
+        )
 
     def loads(self, text: str | bytes) -> Any:
         """Decode text written by :meth:`dumps`.
@@ -221,45 +289,140 @@ class Serde:
         decode = self._decode
         return [decode(obj) for obj in parsed]
 
-    # -- trees -------------------------------------------------------------------------------------------------
+    # -- trees ---------------------------------------------------------------------------------------------------
 
-    def _encode(self, value: Any) -> Any:
+    def _encode(self, value: Any, depth: int = 0, plain: bool = False) -> Any:
+        """The JSON tree of ``value``, which sits ``depth`` containers deep in the stored value. ``plain``: inside a
+        model's field, where JSON arrays, objects and ``$set`` are the mutable containers a model holds (list, dict,
+        set) and the frozen ones are wrapped in ``$frozen``."""
         kind = type(value)
-        if kind is str or kind is int or kind is bool or value is None:
+        if kind is str or kind is bool or value is None:
             return value
+        if kind is int:
+            return value if -_BIG_INT < value < _BIG_INT else {"$int": _int_hex(value)}
         if kind is float:
             if math.isfinite(value):
                 return value
             return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
         name = self._by_type.get(kind)
         if name is not None:
-            try:
-                data = value.model_dump(mode="json", by_alias=True, round_trip=True)
-            except Exception as error:  # pydantic's serialisation errors do not share a useful base class
-                raise _Unencodable(value, f"pydantic cannot dump the registered model {name!r}: {error}") from error
-            return {"$type": name, "data": data}
+            return self._encode_model(value, name, _deeper(value, depth))
         if kind is FrozenList or kind is list:
-            return [self._encode_at(item, index) for index, item in enumerate(value)]
+            items = self._encode_items(value, _deeper(value, depth), plain)
+            return {"$frozen": items} if plain and kind is FrozenList else items
         if kind in _MAPPING_TYPES:
-            out: dict[str, Any] = {}
-            for k, v in value.items():
-                if type(k) is not str:
-                    raise _Unencodable(
-                        value, f"a mapping with a {type(k).__name__} key ({k!r}); only str keys can be stored"
-                    )
-                out["$" + k if k.startswith("$") else k] = self._encode_at(v, k)
-            return out
+            if plain and kind is MappingProxyType:
+                raise _Unencodable(
+                    value,
+                    "a MappingProxyType inside a model's field would come back as another type; use a dict",
+                    by_type=True,
+                )
+            tree = self._encode_mapping(value, _deeper(value, depth), plain)
+            return {"$frozen": tree} if plain and kind is FrozenDict else tree
         if kind is tuple:
-            return {"$tuple": [self._encode_at(item, index) for index, item in enumerate(value)]}
+            return {"$tuple": self._encode_items(value, _deeper(value, depth), plain)}
         if kind is frozenset or kind is set:
-            return {"$set": [self._encode_at(item, "<item>") for item in value]}
+            tree = {"$set": self._encode_items(value, _deeper(value, depth), plain, "<item>")}
+            return {"$frozen": tree} if plain and kind is frozenset else tree
         if kind is bytes:
             return {"$bytes": base64.b64encode(value).decode("ascii")}
-        raise _Unencodable(value, self._refusal(value))
+        raise _Unencodable(value, self._refusal(value), by_type=True)
+
+    def _encode_items(self, items: Iterable[Any], depth: int, plain: bool, step: object = None) -> list[Any]:
+        # A loop rather than a comprehension: one frame per level of nesting, not two.
+        out: list[Any] = []
+        encode = self._encode
+        for index, item in enumerate(items):
+            try:
+                out.append(encode(item, depth, plain))
+            except _Unencodable as error:
+                error.path.append(f"[{index if step is None else step!r}]")
+                raise
+        return out
+
+    def _encode_mapping(self, mapping: Mapping[Any, Any], depth: int, plain: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        encode = self._encode
+        for k, v in mapping.items():
+            if type(k) is not str:
+                if plain:
+                    return {"$dict": self._encode_pairs(mapping, depth)}
+                raise _Unencodable(
+                    mapping, f"a mapping with a {type(k).__name__} key ({k!r}); only str keys can be stored"
+                )
+            try:
+                out["$" + k if k.startswith("$") else k] = encode(v, depth, plain)
+            except _Unencodable as error:
+                error.path.append(f"[{k!r}]")
+                raise
+        return out
+
+    def _encode_pairs(self, mapping: Mapping[Any, Any], depth: int) -> list[list[Any]]:
+        """A model's dict with keys other than strings, as ``[key, value]`` pairs (JSON object keys are text)."""
+        out: list[list[Any]] = []
+        encode = self._encode
+        for k, v in mapping.items():
+            try:
+                out.append([encode(k, depth, True), encode(v, depth, True)])
+            except _Unencodable as error:
+                error.path.append(f"[{k!r}]")
+                raise
+        return out
+
+    def _encode_model(self, model: BaseModel, name: str, depth: int) -> dict[str, Any]:
+        """A registered model: pydantic's JSON dump, which its field types read back exactly; and, when a field
+        whose type leaves its value open (``Any``, ``dict[str, Any]``, an extra field...) holds something that JSON
+        would turn into something else (a tuple, bytes, nan, a model...), that field in the serde's own encoding."""
+        values: dict[str, Any] = {}
+        encoded: set[str] = set()  # the attributes in `values`, left out of `data`
+        fields = model.__dict__
+        extra = model.__pydantic_extra__ or {}
+        for attribute, key in self._moved_fields(model, depth):
+            value = fields[attribute] if attribute in fields else extra[attribute]
+            try:
+                values[key] = self._encode(value, depth, True)
+            except _Unencodable as error:
+                # Something the serde has no encoding for (a datetime, a dataclass, a model not registered) may still
+                # come back exactly from pydantic's JSON (a field typed A | B holding an A): then it stays there.
+                # Otherwise it is refused, as it would come back changed.
+                if not (error.by_type and _json_keeps(model, attribute, value)):
+                    error.path.append(f".{attribute}")
+                    raise
+            else:
+                encoded.add(attribute)
+        try:
+            if not values:
+                return {"$type": name, "data": model.model_dump(mode="json", by_alias=True, round_trip=True)}
+            # A root model's root is its whole value, which is then in `values`.
+            data = (
+                None
+                if _is_root_model(type(model))
+                else model.model_dump(mode="json", by_alias=True, round_trip=True, exclude=encoded)
+            )
+        except Exception as error:  # pydantic's serialisation errors do not share a useful base class
+            raise _Unencodable(model, f"pydantic cannot dump the registered model {name!r}: {error}") from error
+        return {"$model": name, "data": data, "values": values}
+
+    def _moved_fields(self, model: BaseModel, depth: int) -> list[tuple[str, str]]:
+        """The fields (attribute, key in the dump) of ``model`` that pydantic's JSON would not give back as they
+        are; none for a model whose field types pin every value (the rxgraph messages, among others)."""
+        kind = type(model)
+        open_fields = self._open_fields.get(kind)
+        if open_fields is None:
+            open_fields = self._open_fields[kind] = _open_fields(kind)
+        extra = model.__pydantic_extra__
+        if not open_fields and not extra:
+            return []
+        fields = model.__dict__
+        moved = [(attribute, key) for attribute, key in open_fields if not _json_plain(fields[attribute], depth)]
+        if extra and not all(_json_plain(value, depth) for value in extra.values()):
+            # All of them, so that they come back in their order.
+            moved.extend((name, name) for name in extra)
+        return moved
 
     def _encode_at(self, value: Any, step: object) -> Any:
         try:
-            return self._encode(value)
+            return self._encode(value, 1)
         except _Unencodable as error:
             error.path.append(f"[{step!r}]")
             raise
@@ -284,38 +447,94 @@ class Serde:
             return FrozenList([decode(item) for item in obj])
         if kind is not dict:
             return obj
-        tag = None
-        for k in obj:
-            if k.startswith("$") and not k.startswith("$$"):
-                tag = k
-                break
+        tag = _tag_of(obj)
         if tag is None:
             decode = self._decode
             return FrozenDict({(k[1:] if k.startswith("$") else k): decode(v) for k, v in obj.items()})
+        if tag in _PLAIN_TAGS:
+            raise DecodeError(f"a {tag} tag is only written inside a model's field: an object with keys {sorted(obj)}")
         return self._decode_tagged(tag, obj)
 
-    def _decode_tagged(self, tag: str, obj: dict[str, Any]) -> Any:
-        if tag not in _TAGS or len(obj) != 1 + (tag == "$type") or (tag == "$type" and "data" not in obj):
+    def _decode_plain(self, obj: Any) -> Any:
+        """A tree :meth:`_encode` wrote with ``plain`` (a model's field): arrays are lists, objects dicts."""
+        kind = type(obj)
+        if kind is list:
+            decode = self._decode_plain
+            return [decode(item) for item in obj]
+        if kind is not dict:
+            return obj
+        tag = _tag_of(obj)
+        if tag is None:
+            decode = self._decode_plain
+            return {(k[1:] if k.startswith("$") else k): decode(v) for k, v in obj.items()}
+        if tag not in _PLAIN_TAGS and tag != "$set" and tag != "$tuple":
+            return self._decode_tagged(tag, obj)  # models, bytes, floats and big ints read the same everywhere
+        if len(obj) != 1:
             raise DecodeError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
         body = obj[tag]
-        if tag == "$type":
-            model_cls = self._by_name.get(body)
+        decode = self._decode_plain
+        if tag == "$tuple":
+            return tuple([decode(item) for item in _expect_list(body, tag)])
+        if tag == "$set":
+            return _hashed(set, [decode(item) for item in _expect_list(body, tag)], tag)
+        if tag == "$dict":
+            pairs = [decode(pair) for pair in _expect_list(body, tag)]
+            if not all(type(pair) is list and len(pair) == 2 for pair in pairs):
+                raise DecodeError("a $dict tag must hold [key, value] pairs")
+            return _hashed(dict, pairs, tag)
+        inner = decode(body)  # $frozen: the mutable container, frozen
+        if type(inner) is list:
+            return FrozenList(inner)
+        if type(inner) is dict:
+            return FrozenDict(inner)
+        if type(inner) is set:
+            return frozenset(inner)
+        raise DecodeError("a $frozen tag must hold an array, an object, a $dict or a $set")
+
+    def _decode_model(self, model_cls: type[BaseModel], obj: dict[str, Any]) -> BaseModel:
+        """A ``$model``: pydantic's JSON for the fields it carries exactly, the serde's encoding for the others."""
+        data, values = obj["data"], obj["values"]
+        if type(values) is not dict or not (type(data) is dict or (data is None and _is_root_model(model_cls))):
+            raise DecodeError("a $model tag must hold a data object (null for a root model) and a values object")
+        decode = self._decode_plain
+        if data is None:
+            if list(values) != ["root"]:
+                raise DecodeError("a root model's $model tag must hold its value as values.root")
+            return model_cls.model_validate(decode(values["root"]), strict=False)
+        merged = dict(data)
+        for key, tree in values.items():
+            merged[key] = decode(tree)
+        return model_cls.model_validate(merged, strict=False)
+
+    def _decode_tagged(self, tag: str, obj: dict[str, Any]) -> Any:
+        keys = _TAG_KEYS.get(tag)
+        if keys is None or len(obj) != len(keys) or not all(key in obj for key in keys):
+            raise DecodeError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
+        body = obj[tag]
+        if tag == "$type" or tag == "$model":
+            model_cls = self._by_name.get(body) if type(body) is str else None
             if model_cls is None:
                 raise DecodeError(
                     f"the stored value is a {body!r}, which is not registered in this process; register the model "
                     "under that name before reading it"
                 )
+            if tag == "$model":
+                return self._decode_model(model_cls, obj)
             # Lax: the data is pydantic's JSON-mode dump (lists for tuples, strings for datetimes), which a strict
             # model would refuse in Python mode.
             return model_cls.model_validate(obj["data"], strict=False)
         if tag == "$tuple":
             decode = self._decode
-            return tuple(decode(item) for item in _expect_list(body, tag))
+            return tuple([decode(item) for item in _expect_list(body, tag)])
         if tag == "$set":
             decode = self._decode
-            return frozenset(decode(item) for item in _expect_list(body, tag))
+            return frozenset([decode(item) for item in _expect_list(body, tag)])
         if tag == "$bytes":
             return _b64decode(body, tag)
+        if tag == "$int":
+            if type(body) is not str or not _HEX_INT.fullmatch(body):
+                raise DecodeError(f"a $int tag must hold an int in hexadecimal digits, got {body!r}")
+            return int(body, 16)
         if tag == "$wtf8":
             return self._decode(_unwrap_wtf8(body))
         if body not in _NON_FINITE:
@@ -385,6 +604,8 @@ def _parse(text: str | bytes) -> Any:
         return json.loads(text)
     except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
         raise DecodeError(f"not an rxgraph value encoding: {error}") from error
+    except RecursionError:  # nothing dumps writes nests this deeply (MAX_DEPTH): damaged, or not ours
+        raise DecodeError("not an rxgraph value encoding: it nests too deeply") from None
 
 
 def _b64decode(body: Any, tag: str) -> bytes:
@@ -411,28 +632,210 @@ def _describe_key(key: str | None) -> str:
 
 
 def _serialization_error(error: _Unencodable, key: str | None) -> SerializationError:
-    path = "".join(reversed(error.path))
+    steps = error.path[::-1]
+    # A value refused for its depth has a path a hundred steps long: its start and its end say where.
+    path = "".join(steps) if len(steps) <= 12 else "".join(steps[:6]) + "..." + "".join(steps[-3:])
     where = _describe_key(key) + (f" at {path}" if path else "")
     return SerializationError(f"cannot store {where}: {error.reason}", key=key, value_type=type(error.value))
 
 
-def _find_non_finite(tree: Any, where: str = "", model: str | None = None) -> tuple[str, str | None]:
-    """Where the first non-finite float of an encoded tree is, and the model holding it."""
-    if isinstance(tree, float) and not math.isfinite(tree):
-        return where or "the top", model
-    if isinstance(tree, dict):
-        if "$type" in tree and "data" in tree:
-            return _find_non_finite(tree["data"], "", str(tree["$type"]))
+def _find_unjsonable(tree: Any, where: str = "", model: str | None = None) -> tuple[str, str | None, str]:
+    """Where the first value of an encoded tree that JSON text cannot carry is (a non-finite float, an int too long
+    for decimal text: both only ever in a model's JSON dump), the model holding it, and which kind it is."""
+    kind = type(tree)
+    if kind is float and not math.isfinite(tree):
+        return where or "the top", model, "float"
+    if kind is int and not -_BIG_INT < tree < _BIG_INT:
+        return where or "the top", model, "int"
+    if kind is dict:
+        name = tree.get("$type", tree.get("$model"))
+        if type(name) is str and "data" in tree:
+            found = _find_unjsonable(tree["data"], "", name)
+            if found[0] or "values" not in tree:
+                return found
+            tree = tree["values"]  # models nested in a field of this one
         items: Iterable[tuple[object, Any]] = tree.items()
-    elif isinstance(tree, list):
+    elif kind is list:
         items = enumerate(tree)
     else:
-        return "", None
+        return "", None, ""
     for step, child in items:
-        found, found_model = _find_non_finite(child, f"{where}[{step!r}]", model)
-        if found:
-            return found, found_model
-    return "", None
+        found = _find_unjsonable(child, f"{where}[{step!r}]", model)
+        if found[0]:
+            return found
+    return "", None, ""
+
+
+def _deeper(value: Any, depth: int) -> int:
+    """The depth of what ``value`` (a container or a model, ``depth`` levels down) holds; refused past MAX_DEPTH."""
+    if depth >= MAX_DEPTH:
+        raise _Unencodable(
+            value,
+            f"it nests lists, tuples, dicts, sets or models more than {MAX_DEPTH} levels deep, which rxgraph does not "
+            "store (writing or reading back deeper values would exhaust Python's recursion limit); flatten it, or "
+            "keep it as text (a JSON string, say)",
+        )
+    return depth + 1
+
+
+def _tag_of(obj: dict[str, Any]) -> str | None:
+    """The tag of an encoded object: its key that starts with exactly one ``$`` (user keys get one more)."""
+    for k in obj:
+        if k.startswith("$") and not k.startswith("$$"):
+            return k
+    return None
+
+
+def _int_hex(value: int) -> str:
+    return format(value, "x")  # "-1f..." for a negative one; hexadecimal is not subject to the digit limit
+
+
+def encode_int(value: int) -> int | dict[str, str]:
+    """``value`` as JSON data: itself, or ``{"$int": "<hex>"}`` when its decimal text is longer than Python turns
+    into an int or back by default (4,300 digits). For showing values too (``rxgraph._json``)."""
+    return value if -_BIG_INT < value < _BIG_INT else {"$int": _int_hex(value)}
+
+
+def _json_plain(value: Any, depth: int) -> bool:
+    """Whether pydantic's JSON dump of ``value`` in a field typed ``Any`` reads back as ``value`` itself: None,
+    bools, ints short enough for decimal text, finite floats, strings, and lists and str-keyed dicts of those,
+    within MAX_DEPTH. (A loop per container: one frame per level.)"""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_BIG_INT < value < _BIG_INT)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is not list and kind is not dict:
+        return False
+    if depth >= MAX_DEPTH:
+        return False
+    depth += 1
+    if kind is list:
+        for item in value:  # noqa: SIM110 - all(...) would add a generator's frame per level
+            if not _json_plain(item, depth):
+                return False
+        return True
+    for k, item in value.items():  # noqa: SIM110 - as above
+        if type(k) is not str or not _json_plain(item, depth):
+            return False
+    return True
+
+
+_BARE_CONTAINERS = frozenset(
+    {list, dict, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Mapping, abc.MutableMapping}
+    | {abc.Set, abc.MutableSet, abc.Collection, abc.Iterable}
+)
+
+
+def _open_fields(model_cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """The fields of ``model_cls`` whose type leaves their value open to JSON: each as (attribute, its key in
+    ``model_dump(by_alias=True)``, which ``model_validate`` takes back)."""
+    return tuple(
+        (attribute, info.serialization_alias or info.alias or attribute)
+        for attribute, info in model_cls.model_fields.items()
+        if _is_open(info.annotation, {model_cls}, discriminated=info.discriminator is not None)
+    )
+
+
+def _is_open(annotation: Any, seen: set[type], *, discriminated: bool = False) -> bool:
+    """Whether pydantic's JSON of a value typed ``annotation`` may read back as something else: the type leaves the
+    value open (``Any``, ``object``, a bare ``list``, a type variable, a model with such a field or with extra
+    fields), or it is a union that JSON could resolve to another member (``int | str``, ``A | B`` for two models
+    with the same fields; but not ``X | None``, nor a union with a discriminator). Field types pydantic restores
+    from JSON (``int``, ``datetime``, ``tuple[int, ...]``, an enum, a model with such fields) are not open."""
+    if annotation is Any or annotation is object or isinstance(annotation, TypeVar | typing.ForwardRef | str):
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        marked = any(
+            isinstance(meta, Discriminator) or getattr(meta, "discriminator", None) is not None for meta in args[1:]
+        )
+        return _is_open(args[0], seen, discriminated=discriminated or marked)
+    if origin is typing.Union or origin is types.UnionType:
+        members = [member for member in args if member is not type(None)]
+        return (len(members) > 1 and not discriminated) or any(_is_open(member, seen) for member in members)
+    if origin is typing.Literal:
+        return False
+    if origin is not None:
+        return not args or any(arg is not Ellipsis and _is_open(arg, seen) for arg in args)
+    if not isinstance(annotation, type):
+        return False  # something pydantic knows how to restore (a type alias of JSON values, say)
+    if annotation in _BARE_CONTAINERS:
+        return True
+    if annotation in seen:
+        return False  # a model already being looked at (a recursive type): its other fields decide
+    seen.add(annotation)
+    if issubclass(annotation, BaseModel):
+        return (
+            annotation is BaseModel  # a field typed BaseModel dumps any model as {}
+            or annotation.model_config.get("extra") == "allow"
+            or any(
+                _is_open(info.annotation, seen, discriminated=info.discriminator is not None)
+                for info in annotation.model_fields.values()
+            )
+        )
+    if dataclasses.is_dataclass(annotation) or typing.is_typeddict(annotation):
+        try:
+            hints = typing.get_type_hints(annotation)
+        except Exception:  # an annotation that does not resolve here: pydantic has it resolved, we cannot tell
+            return True
+        return any(_is_open(hint, seen) for hint in hints.values())
+    return False
+
+
+def _json_keeps(model: BaseModel, attribute: str, value: Any) -> bool:
+    """Whether ``value``, at ``attribute`` of ``model``, comes back exactly (the same types at every level) from
+    pydantic's JSON dump of ``model`` read back as the serde reads a ``$type``. Only for values the serde has no
+    encoding of its own for; costs a dump and a validation."""
+    try:
+        data = json.loads(json.dumps(model.model_dump(mode="json", by_alias=True, round_trip=True), allow_nan=False))
+        again = type(model).model_validate(data, strict=False)
+    except Exception:  # it does not even come back
+        return False
+    missing = object()
+    back = again.__dict__.get(attribute, (again.__pydantic_extra__ or {}).get(attribute, missing))
+    return _same(value, back)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are equal with the same types at every level (floats by sign too, nan equal to nan; models
+    and dataclasses field by field)."""
+    kind = type(a)
+    if type(b) is not kind:
+        return False
+    if kind is float:
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if kind is list or kind is tuple or kind is FrozenList:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if kind is dict or kind is FrozenDict:
+        return len(a) == len(b) and all(
+            _same(ka, kb) and _same(va, vb) for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True)
+        )
+    if isinstance(a, BaseModel):
+        return all(_same(getattr(a, name), getattr(b, name)) for name in kind.model_fields) and _same(
+            a.__pydantic_extra__ or {}, b.__pydantic_extra__ or {}
+        )
+    if dataclasses.is_dataclass(a):
+        return all(_same(getattr(a, field.name), getattr(b, field.name)) for field in dataclasses.fields(a))
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _is_root_model(model_cls: type[BaseModel]) -> bool:
+    return bool(getattr(model_cls, "__pydantic_root_model__", False))
+
+
+def _hashed(build: Callable[[Any], Any], items: Any, tag: str) -> Any:
+    """``build(items)`` (a set or a dict), raising ``DecodeError`` when an item that must be hashable is not."""
+    try:
+        return build(items)
+    except TypeError as error:
+        raise DecodeError(f"a {tag} tag holds an item that cannot be a set member or a key: {error}") from error
 
 
 default_serde = Serde()
