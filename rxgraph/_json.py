@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .checkpoint._base import Checkpoint
+from .checkpoint._serde import encode_int
 
 __all__ = ["checkpoint_metadata", "to_json"]
 
@@ -19,16 +20,25 @@ __all__ = ["checkpoint_metadata", "to_json"]
 def to_json(value: Any) -> Any:
     """``value`` as plain JSON data (what ``json.dumps(..., allow_nan=False)`` accepts), for reading.
 
-    Pydantic models (messages, your registered models) become their JSON dump (``model_dump(mode="json")``); lists,
+    Pydantic models (messages, your registered models) become their JSON dump (``model_dump(mode="json")``, or
+    their Python dump shown as below when pydantic cannot write that); lists,
     tuples, ``FrozenList``s and sets become arrays (a set's items sorted by their JSON text, so the output is
     stable); dicts and ``FrozenDict``s objects, with string keys; bytes ``{"$bytes": "<base64>"}``; non-finite
-    floats the strings ``"nan"``, ``"inf"`` and ``"-inf"``; anything else ``{"$repr": repr(value)}``. It is for
+    floats the strings ``"nan"``, ``"inf"`` and ``"-inf"``; an int too long for decimal text (over 4,300 digits)
+    ``{"$int": "<hex>"}``; anything else ``{"$repr": repr(value)}``. It is for
     showing, not for reading back: a tuple and a list look the same.
     """
     if isinstance(value, BaseModel):
-        return to_json(value.model_dump(mode="json"))
-    if value is None or isinstance(value, str | bool | int):
+        try:
+            return to_json(value.model_dump(mode="json"))
+        except Exception:  # pydantic's serialisation errors share no useful base class
+            # A field typed Any can hold what pydantic's JSON cannot show (bytes that are not UTF-8), and the serde
+            # stores exactly: show the Python values the way this function shows them.
+            return to_json(value.model_dump())
+    if value is None or isinstance(value, str | bool):
         return value
+    if isinstance(value, int):
+        return encode_int(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, bytes | bytearray):

@@ -26,6 +26,7 @@ from ..errors import (
     MessageFormatError,
     RxGraphError,
     ThreadBusyError,
+    ThreadNotFoundError,
     UnsafeHistoryError,
 )
 from ..graph._compiled import CompiledGraph
@@ -42,6 +43,10 @@ __all__ = ["create_app"]
 _HISTORY_LIMIT = 20
 """Checkpoints ``GET /threads/{thread_id}/history`` returns when the client does not say."""
 
+_HISTORY_MAX = 10_000
+"""The most checkpoints one ``GET /threads/{thread_id}/history`` returns (a larger ``limit`` is refused with 422):
+one answer stays a size a server builds in memory and a client reads at once."""
+
 _PAGE_POLICY = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -56,8 +61,9 @@ def create_app(target: CompiledGraph | ReactAgent, *, page: bool = True, ping: f
 
     - ``POST /threads/{thread_id}/runs/stream``: start a run (an agent's turn) and stream it as server-sent events.
       The client going away cancels the run, which is rewound.
-    - ``GET /threads/{thread_id}/state``: the thread's head.
-    - ``GET /threads/{thread_id}/history?limit=N``: its checkpoints, newest first.
+    - ``GET /threads/{thread_id}/state``: the thread's head (404 for a thread with no checkpoint).
+    - ``GET /threads/{thread_id}/history?limit=N``: its newest ``N`` checkpoints (1 to 10,000; default 20), newest
+      first (404 for a thread with no checkpoint).
     - ``GET /``: for an agent, a chat page to try it in a browser (``page=False`` leaves it out).
 
     Args:
@@ -146,13 +152,15 @@ class _Reads:
             return config
         snapshot = await run_in_threadpool(self._graph.get_state, config)
         checkpoint = snapshot.checkpoint
+        if checkpoint is None:
+            return _no_thread(str(config.thread_id))
         return _JSON(
             {
                 "thread_id": config.thread_id,
                 "values": to_json(snapshot.values),
                 "next": list(snapshot.next),
                 "interrupt": interrupt_json(snapshot.interrupt) if snapshot.interrupt is not None else None,
-                "checkpoint": checkpoint_metadata(checkpoint) if checkpoint is not None else None,
+                "checkpoint": checkpoint_metadata(checkpoint),
             }
         )
 
@@ -162,21 +170,39 @@ class _Reads:
             return config
         limit = _limit(request.query_params.get("limit"))
         if limit is None:
-            return _refused({"type": "ValidationError", "message": "limit: must be a whole number >= 1"})
+            return _refused(
+                {"type": "ValidationError", "message": f"limit: must be a whole number from 1 to {_HISTORY_MAX}"}
+            )
         snapshots = await run_in_threadpool(self._graph.get_state_history, config, limit=limit)
         checkpoints = [
             {**checkpoint_metadata(s.checkpoint), "values": to_json(s.values)}
             for s in snapshots
             if s.checkpoint is not None
         ]
+        if not checkpoints:  # a limit >= 1 lists the head of any thread there is
+            return _no_thread(str(config.thread_id))
         return _JSON({"thread_id": config.thread_id, "checkpoints": checkpoints})
 
 
+def _no_thread(thread_id: str) -> Response:
+    """The answer to a read of a thread with no checkpoint (a typo in its id, most likely): 404, with the error
+    JSON."""
+    error = ThreadNotFoundError(
+        f"thread {thread_id!r} has no checkpoint: check its id (a thread exists once a run has written to it)",
+        thread_id=thread_id,
+    )
+    return _JSON(error_json(error), status_code=404)
+
+
 def _limit(text: str | None) -> int | None:
-    """The ``limit`` a client asked for (or the default); None when it is not a whole number >= 1."""
+    """The ``limit`` a client asked for (or the default); None when it is not a whole number from 1 to
+    ``_HISTORY_MAX``."""
     if text is None:
         return _HISTORY_LIMIT
-    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
+    # The length first: int() refuses decimal text longer than 4,300 digits with a ValueError.
+    if not (text.isascii() and text.isdigit() and len(text.lstrip("0")) <= len(str(_HISTORY_MAX))):
+        return None
+    return int(text) if 1 <= int(text) <= _HISTORY_MAX else None
 
 
 class _RunStream:
