@@ -221,8 +221,10 @@ class Serde:
             The text; :meth:`loads` gives back an equal value of the same types (containers frozen).
 
         Raises:
-            SerializationError: ``value`` holds something that cannot be stored exactly (``key`` and
-                ``value_type`` say what); the message says how to fix it.
+            SerializationError: ``value`` holds something that cannot be stored exactly, or nests more than
+                ``MAX_DEPTH`` (100) levels deep (``key`` and ``value_type`` say what; the message says where, by
+                its path from ``key``: ``[0]`` an item, ``['name']`` a dict's key, ``.name`` a model's field, and
+                how to fix it).
         """
         try:
             tree = self._encode(value) if index is None else self._encode_at(value, index)
