@@ -32,6 +32,7 @@ from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
+from ._dead_run import find_dead_run, rewinds_dead_runs
 from ._draw import draw_mermaid
 from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt, names_of, pending_of, tasks_of
 from ._outputs import InterruptOutput, RunOutput, StateSnapshot
@@ -324,13 +325,24 @@ class CompiledGraph:
 
     def get_base_state(self, config: RunnableConfig) -> StateSnapshot:
         """The state a run with new input on this thread would start from now (see ``on_unsafe_head``): the head
-        when it is safe, else the newest safe checkpoint.
+        when it is safe, else the newest safe checkpoint — or, under ``on_error="rewind"``, the state a dead run
+        (one that left the head unfinished, with no run of this process holding the thread) started from.
 
         Raises:
             InvalidArgumentError: the graph has no checkpointer, or ``config`` names no thread.
             UnsafeHistoryError: where such a run would fail with it.
         """
         saver, thread_id = self._settled_thread(config)
+        if (
+            config.checkpoint_id is None
+            and rewinds_dead_runs(self._spec.policy)
+            and slots_for(saver).holder(thread_id) is None
+        ):
+            # No run of this process holds the thread: a head left unfinished is a dead run's, which the next run
+            # rewinds before it reads (with PostgresSaver, a run of another process may hold it still).
+            dead = find_dead_run(saver, thread_id)
+            if dead is not None:
+                return _snapshot(dead.base) if dead.base is not None else StateSnapshot(values=MappingProxyType({}))
         base = choose_base(
             saver,
             thread_id,

@@ -14,19 +14,70 @@ looks dead, is rewound, and then loses the compare-and-set of its next write (it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .._log import log
 from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..errors import CheckpointConflictError
 from ._choose_base import BaseChoice
+from ._config import TurnPolicy
 from ._writer import ThreadWriter
 
-__all__ = ["is_unfinished", "rewind_dead_run"]
+__all__ = ["DeadRun", "find_dead_run", "is_unfinished", "rewind_dead_run", "rewinds_dead_runs"]
+
+
+def rewinds_dead_runs(policy: TurnPolicy) -> bool:
+    """Whether a graph with this policy undoes a dead run's turn: a failed turn is rewound (``on_error``), and so is a
+    cut one (``on_cancel="keep"`` keeps a cut turn, which the thread cannot tell from a dead one)."""
+    return policy.on_error == "rewind" and policy.on_cancel == "rewind"
 
 
 def is_unfinished(head: Checkpoint) -> bool:
     """Whether ``head`` was written by a run that meant to go on: a step's (or the input's) checkpoint that names a
     next superstep and waits on no human."""
     return head.source in ("input", "loop") and bool(head.next) and not (head.pending and "interrupt" in head.pending)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRun:
+    """A run that left the thread's ``head`` and never ended, and the checkpoint it started from (``base``; None for
+    a thread's first run)."""
+
+    head: Checkpoint
+    base: Checkpoint | None
+
+
+def find_dead_run(saver: CheckpointSaver, thread_id: str) -> DeadRun | None:
+    """The run that left the thread's head unfinished, if it did (only reads). Meaningful only while no run of this
+    process holds the thread: a live run's head is unfinished too.
+
+    Returns:
+        The dead run, or None when the head is not unfinished, or the checkpoint its run started from is gone
+        (pruned): then nothing can be rewound, and a new turn starts from the newest safe checkpoint.
+    """
+    head = saver.get(thread_id)
+    if head is None or not is_unfinished(head):
+        return None
+    first = head
+    while first.parent_id is not None:
+        parent = saver.get(thread_id, first.parent_id)
+        if parent is None or parent.run_id != head.run_id:
+            break
+        first = parent
+    if first.parent_id is None:
+        return DeadRun(head, None)
+    base = saver.get(thread_id, first.parent_id)
+    if base is None:
+        log.warning(
+            "thread %r: run %s did not end (head %s), but the checkpoint it started from (%s) is gone; the next "
+            "turn starts from the newest safe checkpoint instead",
+            thread_id,
+            head.run_id,
+            head.id,
+            first.parent_id,
+        )
+        return None
+    return DeadRun(head, base)
 
 
 def rewind_dead_run(
@@ -43,32 +94,16 @@ def rewind_dead_run(
         by_run: the run that found it (named in the rewind's ``error``).
 
     Returns:
-        The rewind checkpoint, or None when the head is not a dead run's, the run's base is gone (pruned), or another
-        writer moved the head meanwhile (that newer head stays).
+        The rewind checkpoint, or None when there is no dead run to rewind (see ``find_dead_run``) or another writer
+        moved the head meanwhile (that newer head stays).
 
     Raises:
         Exception: what the saver raised reading or writing (other than a lost compare-and-set).
     """
-    head = saver.get(thread_id)
-    if head is None or not is_unfinished(head):
+    dead = find_dead_run(saver, thread_id)
+    if dead is None:
         return None
-    first = head
-    while first.parent_id is not None:
-        parent = saver.get(thread_id, first.parent_id)
-        if parent is None or parent.run_id != head.run_id:
-            break
-        first = parent
-    base = saver.get(thread_id, first.parent_id) if first.parent_id is not None else None
-    if first.parent_id is not None and base is None:
-        log.warning(
-            "thread %r: run %s did not end (head %s), but the checkpoint it started from (%s) is gone; the next "
-            "turn starts from the newest safe checkpoint instead",
-            thread_id,
-            head.run_id,
-            head.id,
-            first.parent_id,
-        )
-        return None
+    head, base = dead.head, dead.base
     writer = ThreadWriter(thread_id, saver, messages_key, run_id=head.run_id)
     writer.start(BaseChoice(head, base, rewind_to=base))
     try:

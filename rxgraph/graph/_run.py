@@ -69,7 +69,7 @@ from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import START
-from ._dead_run import rewind_dead_run
+from ._dead_run import rewind_dead_run, rewinds_dead_runs
 from ._edges import JoinProgress, Task, task_node
 from ._interrupt import (
     NO_CALL,
@@ -524,7 +524,7 @@ class Run:
         spec, writer, config = self.spec, self.writer, self.config
         base = None
         if writer.saver is not None and writer.thread_id is not None:
-            if spec.policy.on_error == "rewind" and spec.policy.on_cancel == "rewind":
+            if rewinds_dead_runs(spec.policy):
                 # This run holds the thread's slot: a head left by a run that meant to go on is a dead run's, whose
                 # turn is undone first, as its cancel or failure would have undone it.
                 rewind_dead_run(writer.saver, writer.thread_id, spec.messages_key, by_run=writer.run_id)

@@ -3,7 +3,8 @@
 - scripted models and tools whose timing is a marble diagram (``ScriptedChatModel``, ``ScriptedTool``,
   ``marbles``, ``text``, ``tool_call``, ``finish``);
 - a harness that runs a turn on a ``TestScheduler`` and cancels it at a tick, on an event, by ``timeout`` or by
-  ``take_until`` (``CancellationHarness``), with a marble picture of what happened (``render_timeline``);
+  ``take_until``, or kills its process there (``crash_at``) (``CancellationHarness``), with a marble picture of what
+  happened (``render_timeline``);
 - the explorer, which cancels a scenario at every point where something happens and checks that turns stay atomic
   (``explore_cancellations``, ``assert_cancellation_safe``);
 - the ``CheckpointSaver`` contract as a test suite to subclass, for your own saver (``SaverContract``);
@@ -32,6 +33,7 @@ from ._harness import (
     TurnRecord,
     after_checkpoint,
     after_output,
+    crash_at,
     dispose_at,
     dispose_when,
     take_until_at,
@@ -71,6 +73,7 @@ __all__ = [
     "after_checkpoint",
     "after_output",
     "assert_cancellation_safe",
+    "crash_at",
     "dispose_at",
     "dispose_when",
     "explore_cancellations",

@@ -5,7 +5,8 @@ under test (chunks, node outputs, checkpoint writes, completion), then runs it a
 point: at each of those ticks (before and after the tick's own events) and between them. After each run it checks:
 
 1. after the cancelled turn, the head is the pre-turn state, or the state of the turn completed (or stopped for a
-   human, its interrupt pending);
+   human, its interrupt pending); after a crash (``modes=["crash"]``: the turn's process dies, and nothing more of it
+   is written), the next turn of a graph with ``on_error="rewind"`` starts from the pre-turn state;
 2. every later turn's request, and the request a next user message would make, pass ``check_request``;
 3. no committed turn was lost: each completed turn's messages are a prefix of the final history;
 4. the cancelled run wrote nothing after it was cancelled, except its rewind, and nothing after the rewind.
@@ -29,6 +30,7 @@ from ._harness import (
     CancelSpec,
     Streamable,
     TurnRecord,
+    crash_at,
     dispose_at,
     take_until_at,
     timeout_after,
@@ -36,7 +38,7 @@ from ._harness import (
 
 __all__ = ["ExplorationReport", "NextTurn", "Violation", "assert_cancellation_safe", "explore_cancellations"]
 
-CancelMode = Literal["dispose", "timeout", "take_until"]
+CancelMode = Literal["dispose", "timeout", "take_until", "crash"]
 NextTurn = Literal["after_end", "from_callback"]
 """When the scenario's next turn is subscribed: once the previous one has ended, or from its terminal callback
 (``on_completed`` / ``on_error`` as its subscriber sees them, or right after its ``dispose()``), as a server does that
@@ -156,6 +158,9 @@ def _cancel_points(record: TurnRecord, modes: Sequence[CancelMode]) -> list[Canc
         if mode == "dispose":
             points += [dispose_at(t) for t in ticks] + [dispose_at(t, late=True) for t in ticks]
             points += [dispose_at(t) for t in between] + [dispose_at(ticks[-1] + 1)]
+        elif mode == "crash":
+            points += [crash_at(t) for t in ticks] + [crash_at(t, late=True) for t in ticks]
+            points += [crash_at(t) for t in between]
         elif mode == "take_until":
             points += [take_until_at(t) for t in sorted({*ticks, *between}) if t > 0]
         elif mode == "timeout":
@@ -167,7 +172,7 @@ def _cancel_points(record: TurnRecord, modes: Sequence[CancelMode]) -> list[Canc
             points += [timeout_after(g / 2) for g in gaps]
         else:
             raise InvalidArgumentError(
-                f"unknown cancel mode {mode!r}; use 'dispose', 'timeout' or 'take_until'", argument="modes"
+                f"unknown cancel mode {mode!r}; use 'dispose', 'timeout', 'take_until' or 'crash'", argument="modes"
             )
     return points
 
@@ -224,6 +229,8 @@ class _Run:
             if head is None or head.run_id not in record.run_ids or (head.next and not waits):
                 return [("the head is not the completed turn", f"head after the turn: {_describe(head)}")]
             return []
+        if record.cancelled and record.cancel is not None and record.cancel.mode == "crash":
+            return self._dead_turn_is_undone(record)
         if record.cancelled:
             # The pre-turn state whole: its values, what it would run next and the work it had pending (a cut
             # resume leaves the interrupt it answered pending again).
@@ -235,6 +242,29 @@ class _Run:
                         f"head after the cancel: {_describe(head)}; pre-turn head: {_describe(record.pre_turn)}",
                     )
                 ]
+        return []
+
+    def _dead_turn_is_undone(self, record: TurnRecord) -> list[tuple[str, str]]:
+        """A crash leaves the head as it was; under ``on_error="rewind"`` the next turn must start from the state
+        before the dead one (a workflow keeps its progress: only the requests' validity is checked for it)."""
+        graph = self.harness.graph
+        if graph.policy.on_error != "rewind" or graph.policy.on_cancel != "rewind":
+            return []
+        later = self.records[self.turn + 1] if self.turn + 1 < len(self.records) else None
+        if later is not None:
+            first = next((c for _, c in later.writes if c.source == "input"), None)
+            base = self.harness.saver.get(self.harness.thread_id, first.parent_id) if first is not None else None
+            where = f"the next turn started from {_describe(base)}"
+        else:
+            base = graph.get_base_state(self.harness.config).checkpoint
+            where = f"a next turn would start from {_describe(base)}"
+        if _resumable(base)[0] != _resumable(record.pre_turn)[0]:
+            return [
+                (
+                    "the next turn does not start from the state before the dead turn",
+                    f"{where}; pre-turn head: {_describe(record.pre_turn)}",
+                )
+            ]
         return []
 
     def _no_late_writes(self, record: TurnRecord) -> list[tuple[str, str]]:

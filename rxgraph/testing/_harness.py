@@ -47,7 +47,7 @@ class CancelSpec:
     """How and when a turn is cancelled. Build one with ``dispose_at``, ``dispose_when``, ``timeout_after`` or
     ``take_until_at``. Ticks are relative to the turn's subscription."""
 
-    mode: Literal["dispose", "timeout", "take_until"] = "dispose"
+    mode: Literal["dispose", "timeout", "take_until", "crash"] = "dispose"
     tick: float | None = None
     when: Callable[[Event], bool] | None = None
     late: bool = False
@@ -56,9 +56,11 @@ class CancelSpec:
         if self.when is not None:
             return f"dispose when {getattr(self.when, '__name__', 'predicate')}"
         where = f"t+{self.tick:g}" + (" (after that tick's events)" if self.late else "")
-        return {"dispose": f"dispose at {where}", "timeout": f"timeout({self.tick:g})"}.get(
-            self.mode, f"take_until a trigger at t+{self.tick:g}"
-        )
+        return {
+            "dispose": f"dispose at {where}",
+            "timeout": f"timeout({self.tick:g})",
+            "crash": f"crash at {where} (its process dies: nothing more of the run is written, not even a rewind)",
+        }.get(self.mode, f"take_until a trigger at t+{self.tick:g}")
 
 
 def dispose_at(tick: float, *, late: bool = False) -> CancelSpec:
@@ -70,6 +72,13 @@ def dispose_at(tick: float, *, late: bool = False) -> CancelSpec:
 def dispose_when(predicate: Callable[[Event], bool]) -> CancelSpec:
     """Dispose right after the first event ``predicate`` accepts (at the same tick, once that event's work ended)."""
     return CancelSpec("dispose", when=predicate)
+
+
+def crash_at(tick: float, *, late: bool = False) -> CancelSpec:
+    """The turn's process dies at ``tick`` (after that tick's events with ``late=True``): from then on nothing the run
+    writes reaches the saver — its rewind neither — and its thread's slot is free, as a killed process's lock is.
+    The next run on the thread finds what a crash leaves."""
+    return CancelSpec("crash", tick=tick, late=late)
 
 
 def timeout_after(duration: float) -> CancelSpec:
@@ -263,7 +272,12 @@ class CancellationHarness:
         def dispose() -> None:
             if turn.subscription is not None and record.signal is None:
                 recorder.record("cancel")
-                turn.subscription.dispose()
+                crash = cancel is not None and cancel.mode == "crash"
+                self.saver.refusing = crash  # a dead process writes nothing more; its slot goes with it
+                try:
+                    turn.subscription.dispose()
+                finally:
+                    self.saver.refusing = False
                 chain()
 
         def on_finally(signal: SignalType) -> None:

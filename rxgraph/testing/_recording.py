@@ -14,6 +14,7 @@ from reactivex.scheduler import VirtualTimeScheduler
 
 from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..checkpoint._run_locks import RunLocks
+from ..errors import SaverClosedError
 
 __all__ = ["DelegatingSaver", "Event", "EventKind", "Recorder", "RecordingSaver"]
 
@@ -85,13 +86,23 @@ class DelegatingSaver(CheckpointSaver):
 
 
 class RecordingSaver(DelegatingSaver):
-    """Delegates everything to a real saver and records each successful ``put`` as a ``write``/``rewind`` event."""
+    """Delegates everything to a real saver and records each successful ``put`` as a ``write``/``rewind`` event.
+
+    While ``refusing`` is set, every ``put`` fails with ``SaverClosedError``: how the harness plays a process that
+    died mid-run (``crash_at``), whose last writes — its rewind included — never reach the database."""
 
     def __init__(self, inner: CheckpointSaver, recorder: Recorder) -> None:
         super().__init__(inner)
         self.recorder = recorder
+        self.refusing = False
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        if self.refusing:
+            raise SaverClosedError(
+                f"thread {checkpoint.thread_id!r}: the process of run {checkpoint.run_id} died (a crash played by the "
+                "cancellation harness); nothing it writes lands",
+                thread_id=checkpoint.thread_id,
+            )
         stored = self.inner.put(checkpoint, expected_head=expected_head)
         self.recorder.record("rewind" if stored.source == "rewind" else "write", stored.node, stored)
         return stored
