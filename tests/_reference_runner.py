@@ -13,7 +13,8 @@
 The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
 run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/runner.py``, one
 purpose-built observer per step) against this one. It shares with the runner only what is not the driving: base
-selection (``choose_base``), the guarded write and the rewind (``ThreadWriter``), the merge and the routing.
+selection (``choose_base``), the guarded write and the rewind (``ThreadWriter``), the merge and the routing. How a
+run that never ended is recognised and undone before the next turn is written here again, from the design's words.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 from rxgraph import (
     START,
     CheckpointConflictError,
+    CheckpointSaver,
     CompiledGraph,
     GraphRecursionError,
     InvalidUpdateError,
     NodeOutput,
+    SaverClosedError,
     StreamingOutput,
 )
 from rxgraph._frozen import freeze
-from rxgraph.graph._choose_base import choose_base
+from rxgraph.graph._choose_base import BaseChoice, choose_base
 from rxgraph.graph._edges import JoinProgress, Task, task_node
 from rxgraph.graph._interrupt import names_of, pending_of, tasks_of
 from rxgraph.graph._run_info import RunInfo
@@ -69,6 +72,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def start(_: abc.SchedulerBase | None) -> Observable[NodeOutput]:
             base = None
             if writer.saver is not None and writer.thread_id is not None:
+                if spec.policy.on_error == "rewind" and spec.policy.on_cancel == "rewind":
+                    _undo_a_dead_run(writer.saver, writer.thread_id, spec.messages_key)
                 choice = choose_base(
                     writer.saver,
                     writer.thread_id,
@@ -230,7 +235,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             if not writer.started:
                 return
             text = f"{type(error).__name__}: {error}"
-            with contextlib.suppress(CheckpointConflictError):
+            with contextlib.suppress(CheckpointConflictError, SaverClosedError):
                 if spec.policy.on_error == "rewind":
                     writer.rewind(error=text)
                 else:
@@ -241,7 +246,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             if terminated[0] or spec.policy.on_cancel == "keep":
                 writer.close()
                 return
-            with contextlib.suppress(CheckpointConflictError):  # another writer moved the head: leave it
+            # Another writer moved the head (leave it), or the process "died" (nothing of it lands any more).
+            with contextlib.suppress(CheckpointConflictError, SaverClosedError):
                 writer.rewind()
 
         def start_later(observer: abc.ObserverBase[NodeOutput], _: abc.SchedulerBase | None) -> abc.DisposableBase:
@@ -261,6 +267,29 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
 
     # Not rx.defer: it hands its factory an ImmediateScheduler when the subscriber gave none, and "none" matters.
     return Observable(lambda observer, scheduler: per_subscription(scheduler).subscribe(observer, scheduler=scheduler))
+
+
+def _undo_a_dead_run(saver: CheckpointSaver, thread_id: str, messages_key: str | None) -> None:
+    """The rule as the design states it, from the whole history: a head that names a next superstep, waits on no
+    human and is a step's (or the input's) was left by a run that never ended; put back the state that run's first
+    checkpoint started from."""
+    history = saver.list(thread_id)
+    if not history:
+        return
+    head = history[0]
+    if head.source not in ("input", "loop") or not head.next or (head.pending or {}).get("interrupt") is not None:
+        return
+    by_id = {c.id: c for c in history}
+    first = head
+    while first.parent_id in by_id and by_id[first.parent_id].run_id == head.run_id:
+        first = by_id[first.parent_id]
+    base = by_id.get(first.parent_id) if first.parent_id is not None else None
+    if first.parent_id is not None and base is None:
+        return
+    writer = ThreadWriter(thread_id, saver, messages_key, run_id=head.run_id)
+    writer.start(BaseChoice(head, base, rewind_to=base))
+    with contextlib.suppress(CheckpointConflictError):
+        writer.rewind(error="dead")
 
 
 def _flag_before_dispose(source: Observable[NodeOutput], writer: ThreadWriter) -> Observable[NodeOutput]:

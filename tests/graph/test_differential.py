@@ -32,15 +32,19 @@ from reactivex.testing import TestScheduler
 from rxgraph import (
     END,
     START,
+    Checkpoint,
+    CheckpointSaver,
     CompiledGraph,
     KeyStrategy,
     MemorySaver,
     NodeOutput,
     RunnableConfig,
+    SaverClosedError,
     Send,
     StateGraph,
     StreamingOutput,
 )
+from rxgraph.testing import DelegatingSaver
 
 Mode = Literal["virtual", "sync", "pool"]
 Kind = Literal["update", "none", "marbles", "marbles_reduce", "iterable", "raise", "stream_error", "pool"]
@@ -65,6 +69,7 @@ class Case:
     branches: tuple[NodeCase, ...] = ()  # n0 fans out to these, which join into n1 (or END) ...
     send: bool = False  # ... by Send items from a route instead of edges
     max_concurrency: int | None = None
+    on_error: Literal["keep", "rewind"] = "keep"  # crash cases run under the agents' policy, which undoes them
 
     def cut(self, how: str, when: float) -> Case:
         return dataclasses.replace(self, cancel=(how, when))
@@ -137,7 +142,7 @@ def _reduce(chunks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return {"log": "+".join(logs), **({"visits": visits[-1]} if visits else {})}
 
 
-def build(case: Case, saver: MemorySaver, pool: ThreadPoolExecutor | None, effects: list[str]) -> CompiledGraph:
+def build(case: Case, saver: CheckpointSaver, pool: ThreadPoolExecutor | None, effects: list[str]) -> CompiledGraph:
     graph = StateGraph({"log": KeyStrategy.APPEND})
     names = [f"n{i}" for i in range(len(case.nodes))]
     for index, node in enumerate(case.nodes):
@@ -172,10 +177,31 @@ def build(case: Case, saver: MemorySaver, pool: ThreadPoolExecutor | None, effec
             return skip if case.skip_on_odd and visits % 2 else ahead
 
         graph.add_conditional_edges(name, route)
-    return graph.compile(checkpointer=saver, max_concurrency=case.max_concurrency)
+    return graph.compile(checkpointer=saver, max_concurrency=case.max_concurrency, on_error=case.on_error)
 
 
 # -- observing one scenario -------------------------------------------------------------------------------------
+
+
+class _MortalSaver(DelegatingSaver):
+    """A real saver whose writes fail while its process is "dead": a crash is a dispose during which nothing the
+    run writes lands, not even its rewind (its slot is freed, as a killed process's lock is)."""
+
+    def __init__(self, inner: CheckpointSaver) -> None:
+        super().__init__(inner)
+        self.dead = False
+
+    def die_while(self, dispose: Callable[[], None]) -> None:
+        self.dead = True
+        try:
+            dispose()
+        finally:
+            self.dead = False
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        if self.dead:
+            raise SaverClosedError("the process died", thread_id=checkpoint.thread_id)
+        return self.inner.put(checkpoint, expected_head=expected_head)
 
 
 Runner = Callable[[CompiledGraph, Mapping[str, Any], RunnableConfig], rx.Observable[NodeOutput]]
@@ -201,6 +227,7 @@ def _one_turn(
     record: Callable[[int, NodeOutput], None],
     seen: list[Any],
     effects: list[str],
+    saver: _MortalSaver,
 ) -> None:
     """Subscribe one turn, cut it as ``cancel`` says, and wait until it has ended."""
     ended = threading.Event()
@@ -250,6 +277,8 @@ def _one_turn(
         due = start + when
         if how == "dispose_at":
             scheduler.schedule_absolute(due, lambda *_: subscription[0].dispose())
+        elif how == "crash_at":
+            scheduler.schedule_absolute(due, lambda *_: saver.die_while(subscription[0].dispose))
         elif how == "dispose_late":
             scheduler.schedule_absolute(
                 due, lambda *_: scheduler.schedule_absolute(due, lambda *_: subscription[0].dispose())
@@ -264,7 +293,7 @@ def _one_turn(
 
 def _observe(case: Case, runner: Runner) -> dict[str, Any]:
     pool = ThreadPoolExecutor(max_workers=2) if case.mode == "pool" else None
-    saver = MemorySaver()
+    saver = _MortalSaver(MemorySaver())
     effects: list[str] = []
     graph = build(case, saver, pool, effects)
     scheduler = TestScheduler() if case.mode == "virtual" else None
@@ -279,8 +308,12 @@ def _observe(case: Case, runner: Runner) -> dict[str, Any]:
         else:
             seen.append((turn, tick, "node", output.node, _plain(dict(output.state)), output.checkpoint_id))
 
-    for turn, cancel in ((1, ("none", 0.0)), (2, case.cancel)):
-        _one_turn(runner(graph, {"log": f"turn {turn}"}, config), turn, cancel, scheduler, record, seen, effects)
+    turns = [(1, ("none", 0.0)), (2, case.cancel)]
+    if case.cancel[0] == "crash_at":
+        turns.append((3, ("none", 0.0)))  # the turn after the crash: it must undo the dead one first
+    for turn, cancel in turns:
+        stream = runner(graph, {"log": f"turn {turn}"}, config)
+        _one_turn(stream, turn, cancel, scheduler, record, seen, effects, saver)
     if pool is not None:
         pool.shutdown(wait=True)  # late completions of a cut turn have had every chance to (not) write
     checkpoints = list(reversed(saver.list("t")))
@@ -315,7 +348,7 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
     nodes = draw(st.lists(st.builds(NodeCase, kind, st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=4))
     loop_to = draw(st.none() | st.integers(0, len(nodes) - 1))
     if mode == "virtual":
-        how = draw(st.sampled_from(["dispose_at", "dispose_late", "timeout", "take_until", "take"]))
+        how = draw(st.sampled_from(["dispose_at", "dispose_late", "timeout", "take_until", "take", "crash_at"]))
     else:
         how = draw(st.sampled_from(["take", "dispose_on_next", "take_until_on_next"]))
     branch_kind = st.sampled_from([k for k in kinds if k not in ("raise", "stream_error")])
@@ -335,6 +368,7 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
         # On a real pool, branches running at once interleave as the threads please: one at a time there, so that
         # both runners' outputs can be compared event by event.
         max_concurrency=(1 if mode == "pool" else draw(st.none() | st.integers(1, 2))) if branches else None,
+        on_error="rewind" if how == "crash_at" else "keep",
     )
 
 
