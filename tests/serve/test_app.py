@@ -146,14 +146,9 @@ def test_state_and_history_read_the_thread_newest_first(
     assert history[0]["values"] == state["values"] and history[1]["parent_id"] == history[2]["id"]
     assert [c["seq"] for c in get(server, "/threads/t/history?limit=2").json()["checkpoints"]] == [4, 3]
 
-    assert get(server, "/threads/nobody/state").json() == {
-        "thread_id": "nobody",
-        "values": {},
-        "next": [],
-        "interrupt": None,
-        "checkpoint": None,
-    }
-    assert get(server, "/threads/nobody/history").json() == {"thread_id": "nobody", "checkpoints": []}
+    for path in ("/threads/nobody/state", "/threads/nobody/history"):
+        missing = get(server, path)
+        assert missing.status_code == 404 and missing.json()["type"] == "ThreadNotFoundError"
     for bad in ("0", "-1", "two", "1.5"):
         refused = get(server, f"/threads/t/history?limit={bad}")
         assert refused.status_code == 422 and refused.json()["type"] == "ValidationError"
