@@ -29,6 +29,7 @@ __all__ = [
     "TurnRecord",
     "after_checkpoint",
     "after_output",
+    "crash_at",
     "dispose_at",
     "dispose_when",
     "take_until_at",
