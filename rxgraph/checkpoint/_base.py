@@ -327,7 +327,8 @@ class CheckpointSaver(abc.ABC):
             The checkpoints, possibly none.
 
         Raises:
-            InvalidArgumentError: ``limit`` is negative (``argument="limit"``).
+            InvalidArgumentError: ``limit`` is negative or above ``MAX_LIST_LIMIT`` (``argument="limit"``).
+            InvalidTypeError: ``limit`` is not an int.
             CheckpointDecodeError: a stored checkpoint cannot be read back.
             SaverClosedError: the saver was closed.
             SaverTimeoutError: the saver could not get its storage in time.

@@ -206,8 +206,10 @@ class CompiledGraph:
         its work — sync nodes and tools, saver I/O — runs on a pool of worker threads, and only the outputs come to
         the loop (queued, unbounded: a slow consumer loses nothing). ``async def`` nodes and tools are awaited on the
         caller's loop. Leaving the ``async for``, closing the iterator or cancelling the task that iterates cancels
-        the run; the iterator's cleanup returns once the run has been torn down (and rewound). See
-        ``rxgraph.rx.to_async_iterator``.
+        the run; the iterator's cleanup returns once the run has been torn down (and rewound). Reading items from
+        tasks of their own (``asyncio.wait_for`` per item, ``asyncio.create_task(it.__anext__())``) does not, but a
+        per-item timeout that fires does: it cancels the ``__anext__``. See ``rxgraph.rx.to_async_iterator`` for
+        exactly what cancels the run.
 
         Raises:
             InvalidTypeError: ``config`` is not a ``RunnableConfig``.
@@ -318,7 +320,9 @@ class CompiledGraph:
         ``limit`` of them. Waits for a rewind in flight, like ``get_state``.
 
         Raises:
-            InvalidArgumentError: the graph has no checkpointer, ``config`` names no thread, or ``limit`` < 0.
+            InvalidArgumentError: the graph has no checkpointer, ``config`` names no thread, or ``limit`` is negative
+                or above ``MAX_LIST_LIMIT``.
+            InvalidTypeError: ``limit`` is not an int.
         """
         saver, thread_id = self._settled_thread(config)
         return [_snapshot(checkpoint) for checkpoint in saver.list(thread_id, limit=limit)]

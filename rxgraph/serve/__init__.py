@@ -46,10 +46,10 @@ before any stream.
 - ``GET /threads/{thread_id}/state``: ``{"thread_id", "values", "next", "interrupt", "checkpoint"}`` — the head's
   values (as ``rxgraph inspect --checkpoint`` shows them), the node(s) a resume runs, the interrupt it waits on
   (``{"node", "when", "value"}``, or ``null``), and the head's metadata (``seq``, ``id``,
-  ``parent_id``, ``node``, ``source``, ``run_id``, ``created_at``, ``safe``, ``error``...; ``null`` for a thread
-  with no checkpoint).
-- ``GET /threads/{thread_id}/history?limit=N``: ``{"thread_id", "checkpoints"}`` — the newest ``N`` (default 20)
-  checkpoints, newest first, each its metadata and ``values``. A cancelled run's rewind is the one with
+  ``parent_id``, ``node``, ``source``, ``run_id``, ``created_at``, ``safe``, ``error``...); a thread with no
+  checkpoint is answered 404 with an error object, on both reads.
+- ``GET /threads/{thread_id}/history?limit=N``: ``{"thread_id", "checkpoints"}`` — the newest ``N`` (1 to 10,000;
+  default 20) checkpoints, newest first, each its metadata and ``values``. A cancelled run's rewind is the one with
   ``"source": "rewind"``.
 
 **Try it in a browser**: for an agent, ``GET /`` is a chat page (one HTML file, nothing loaded from elsewhere) that
