@@ -79,6 +79,8 @@ def test_a_turn_that_lost_its_thread_is_rewound_before_the_next_turn_reads(tmp_p
 
         # The second saver's slots cannot see the first's run (as another process could not): to it, the head's run
         # is not running anywhere, so it is dead, and its turn is rewound before this turn reads the thread.
+        assert second.graph.get_base_state(config).values == after_first.values  # where the next turn starts
+        assert second.get_state(config).values != after_first.values  # what is stored until then
         assert second.invoke("next question", config).content == "Forty-two."
         held.released.set()
         runner.join(WAIT)
