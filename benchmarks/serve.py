@@ -19,14 +19,16 @@ sides run one after the other, ``serve_rounds`` times each, alternating, and the
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,27 +67,99 @@ def _process(role: str, *args: str) -> Iterator[int]:
                 process.wait()
 
 
+_LAST_EVENTS = 4
+"""How many of a failed turn's last events the benchmark keeps, to say what the client saw."""
+
+
+@dataclass
+class _Turn:
+    """What the client saw of one turn: enough to say why it did not end."""
+
+    thread: str
+    ttfb: float = float("nan")  # seconds to the first line of the answer (nan: none came)
+    seconds: float = 0.0  # from sending the request to the end of the answer or the exception
+    status: int | None = None  # the HTTP status (None: no answer came)
+    events: int = 0  # events received
+    last_events: list[str] = field(default_factory=list)  # the last few events, "name: data", data cut short
+    error: str | None = None  # the data of an `error` event
+    body: str | None = None  # the body of an answer that was not 200
+    exception: str | None = None  # what the client raised (a timeout, a connection reset...)
+    ended: bool = False  # an `end` event came
+
+    @property
+    def ok(self) -> bool:
+        return self.ended and self.status == 200 and self.error is None and self.exception is None
+
+    def reason(self) -> str:
+        """Why the turn failed, as the client saw it."""
+        if self.exception is not None:
+            return f"raised {self.exception}"
+        if self.status != 200:
+            return f"HTTP {self.status}: {self.body}"
+        if self.error is not None:
+            return f"error event {self.error}"
+        return "the stream ended without an 'end' event"
+
+    def describe(self) -> str:
+        """The reason, and what else the client saw."""
+        last = " | ".join(self.last_events) or "none"
+        return (
+            f"{self.thread}: {self.reason()} (HTTP status {self.status}, after {self.seconds:.2f} s, "
+            f"{self.events} events, the last: {last})"
+        )
+
+
 @dataclass
 class _Round:
     seconds: float
-    ttfb: list[float]
+    turns: list[_Turn]
     stall: dict[str, Any]  # the app server's /_stall report for the round
-    failures: int
+
+    @property
+    def ttfb(self) -> list[float]:
+        return [turn.ttfb for turn in self.turns]
+
+    @property
+    def failed(self) -> list[_Turn]:
+        return [turn for turn in self.turns if not turn.ok]
 
 
-async def _turn(client: Any, url: str, thread: str, text: str) -> tuple[float, bool]:
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+async def _turn(client: Any, url: str, thread: str, text: str) -> _Turn:
+    """One turn, read to its end; never raises: what went wrong is in the ``_Turn``."""
+    turn = _Turn(thread)
     started = time.perf_counter()
-    first: float | None = None
-    ok = False
-    async with client.stream("POST", f"{url}/threads/{thread}/runs/stream", json={"input": text}) as response:
-        async for line in response.aiter_lines():
-            if first is None:
-                first = time.perf_counter() - started
-            if line.startswith("event: end"):
-                ok = True
-            elif line.startswith("event: error"):
-                ok = False
-    return (first if first is not None else float("nan")), ok and response.status_code == 200
+    try:
+        async with client.stream("POST", f"{url}/threads/{thread}/runs/stream", json={"input": text}) as response:
+            turn.status = response.status_code
+            if response.status_code != 200:
+                turn.body = _short((await response.aread()).decode(errors="replace"), 500)
+                return turn
+            name, data = "message", []  # the event being read (SSE: fields until a blank line)
+            async for line in response.aiter_lines():
+                if turn.ttfb != turn.ttfb:  # nan: this is the first line
+                    turn.ttfb = time.perf_counter() - started
+                if line.startswith("event:"):
+                    name = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and data:
+                    payload = "\n".join(data)
+                    turn.events += 1
+                    turn.last_events = [*turn.last_events, f"{name}: {_short(payload)}"][-_LAST_EVENTS:]
+                    if name == "end":
+                        turn.ended = True
+                    elif name == "error":
+                        turn.error = _short(payload, 1000)
+                    name, data = "message", []
+    except Exception as error:  # a timeout, a refused or reset connection, a broken stream
+        turn.exception = _short(repr(error), 500)
+    finally:
+        turn.seconds = time.perf_counter() - started
+    return turn
 
 
 async def _round(url: str, turns: int, label: str) -> _Round:
@@ -103,20 +177,21 @@ async def _round(url: str, turns: int, label: str) -> _Round:
         )
         seconds = time.perf_counter() - started
         stall = (await client.get(f"{url}/_stall")).json()
-    return _Round(seconds, [r[0] for r in results], stall, sum(1 for r in results if not r[1]))
+    return _Round(seconds, list(results), stall)
 
 
-def _side(role: str, sizes: Sizes, workdir: str) -> list[_Round]:
+def _side(role: str, sizes: Sizes, workdir: str) -> tuple[_Round, list[_Round]]:
+    """The warm-up round and the measured rounds of one side."""
     rounds: list[_Round] = []
     with ExitStack() as stack:
         model_port = stack.enter_context(_process("model"))
         db = os.path.join(workdir, f"serve-{role}.db")
         app_port = stack.enter_context(_process(role, "--model-url", f"http://127.0.0.1:{model_port}/v1", "--db", db))
         url = f"http://127.0.0.1:{app_port}"
-        asyncio.run(_round(url, max(2, sizes.serve_turns // 20), f"{role}-warmup"))
+        warmup = asyncio.run(_round(url, max(2, sizes.serve_turns // 20), f"{role}-warmup"))
         for index in range(sizes.serve_rounds):
             rounds.append(asyncio.run(_round(url, sizes.serve_turns, f"{role}-round{index}")))
-    return rounds
+    return warmup, rounds
 
 
 def _serve_installed() -> bool:
@@ -136,20 +211,29 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     if not _serve_installed():
         result.notes.append("skipped: the serve and openai extras (and httpx) are not installed")
         return result
-    sides = {"rxgraph": _side("rxgraph", sizes, workdir)}
+    measured = {"rxgraph": _side("rxgraph", sizes, workdir)}
     if langgraph:
-        sides["langgraph"] = _side("langgraph", sizes, workdir)
+        measured["langgraph"] = _side("langgraph", sizes, workdir)
     figures: dict[str, dict[str, float]] = {}
-    for side, rounds in sides.items():
-        ttfb = [t for r in rounds for t in r.ttfb]
+    for side, (warmup, rounds) in measured.items():
+        result.notes.extend(_failure_notes(side, warmup, rounds))
+        ttfb = sorted(t for r in rounds for t in r.ttfb if not math.isnan(t))  # a turn that got no byte has none
         figures[side] = {
             "turns per second": median(turns / r.seconds for r in rounds),
-            "ttfb median": 1000 * statistics.median(ttfb),
-            "ttfb p95": 1000 * sorted(ttfb)[int(0.95 * (len(ttfb) - 1))],
+            "ttfb median": 1000 * statistics.median(ttfb) if ttfb else math.nan,
+            "ttfb p95": 1000 * ttfb[int(0.95 * (len(ttfb) - 1))] if ttfb else math.nan,
             "stall": max(r.stall["max_ms"] for r in rounds),
-            "failures": float(sum(r.failures for r in rounds)),
+            "failures": float(sum(len(r.failed) for r in rounds)),
         }
-        result.samples[side] = [{"seconds": r.seconds, "stall": r.stall, "failures": r.failures} for r in rounds]
+        result.samples[side] = [
+            {
+                "seconds": r.seconds,
+                "stall": r.stall,
+                "failures": len(r.failed),
+                "failed": [asdict(turn) for turn in r.failed],
+            }
+            for r in rounds
+        ]
     lg = figures.get("langgraph")
     note = "" if langgraph else NOT_INSTALLED
     rx = figures["rxgraph"]
@@ -171,7 +255,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
                 ratio >= 1.5,
             )
         )
-    result.targets.append(_stall_target(sides["rxgraph"]))
+    result.targets.append(_stall_target(measured["rxgraph"][1]))
     result.targets.append(
         Target(
             "serve: every turn ends with an 'end' event",
@@ -180,6 +264,25 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
         )
     )
     return result
+
+
+_NOTED_TURNS = 5
+"""How many failed turns of a side are described in the printed notes (the results' samples hold them all)."""
+
+
+def _failure_notes(side: str, warmup: _Round, rounds: list[_Round]) -> list[str]:
+    """The failed turns of a side (the warm-up's too, though they count in no figure): how many failed for each
+    reason, then what the client saw of the first few."""
+    failed = [("warm-up", turn) for turn in warmup.failed]
+    failed += [(f"round {index}", turn) for index, r in enumerate(rounds) for turn in r.failed]
+    if not failed:
+        return []
+    reasons = Counter(turn.reason() for _, turn in failed)
+    notes = [f"{side}: {count} failed turn(s): {reason}" for reason, count in reasons.most_common()]
+    notes += [f"{side} {where}: {turn.describe()}" for where, turn in failed[:_NOTED_TURNS]]
+    if len(failed) > _NOTED_TURNS:
+        notes.append(f"{side}: {len(failed) - _NOTED_TURNS} more failed turns in the results' samples")
+    return notes
 
 
 def _stall_target(rounds: list[_Round]) -> Target:
