@@ -10,6 +10,9 @@
 Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The two app
 servers also answer ``GET /_stall``: the longest delay (and the 99th percentile) of a 2 ms timer on their event loop
 since the last call — how long the loop was kept from serving anything else.
+
+All three servers keep an idle connection open for ``KEEP_ALIVE`` seconds, far longer than their clients keep one
+(httpx: 5 s), so that only a client ever closes an idle connection (see ``KEEP_ALIVE``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,17 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 TOOL_ARGUMENTS = '{"city": "Paris"}'
+KEEP_ALIVE = 120
+"""Seconds the servers keep an idle keep-alive connection open (uvicorn's default is 5 s).
+
+With 5 s on both ends, a server closes connections its client still takes for fresh: the server's clock starts when
+it has sent a response, the client's when it has read it, and under this load a client's event loop reads seconds
+late (rxgraph's model client, on its own loop, was seen 1 to 2 s late), and may also take seconds between choosing
+an idle connection and writing the request on it. A request written on a connection the server has just closed
+fails (``httpx.ReadError``), and the model clients here never retry: such a turn ended with an ``error`` event
+(``ModelAPIError``, "no connection: ReadError('')") — a failure of the benchmark's wiring, not of the system under
+test. A server that keeps idle connections longer than any client leaves the closing to the client, which checks a
+connection before it reuses one."""
 ANSWER = ("It is ", "sunny ", "in Paris ", "today.")
 
 
@@ -247,7 +261,11 @@ def _serve(app: ASGIApp) -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(StallMonitor(app), log_level="error", lifespan="auto"))
+    # Listening before the port is printed: a client that connects before uvicorn has started waits in the backlog
+    # instead of being refused.
+    sock.listen(2048)
+    config = uvicorn.Config(StallMonitor(app), log_level="error", lifespan="auto", timeout_keep_alive=KEEP_ALIVE)
+    server = uvicorn.Server(config)
     print(f"port {sock.getsockname()[1]}", flush=True)
     threading.Thread(target=lambda: (sys.stdin.read(), setattr(server, "should_exit", True)), daemon=True).start()
     server.run(sockets=[sock])
@@ -263,6 +281,9 @@ def main() -> None:
         from rxgraph.testing import ChatCompletionsServer
 
         with ChatCompletionsServer(_reply) as server:
+            # ChatCompletionsServer has no keep-alive option: its uvicorn server reads this setting from its config
+            # for each new connection, and none has been made yet.
+            server._uvicorn.config.timeout_keep_alive = KEEP_ALIVE
             print(f"port {server.port}", flush=True)
             sys.stdin.read()
         return
