@@ -9,11 +9,22 @@ answers, the model streams a four-piece answer — two model requests over HTTP,
 - LangGraph: its prebuilt ReAct agent (``create_react_agent``) on ``ChatOpenAI`` and ``AsyncSqliteSaver``, streamed
   with ``astream(stream_mode="messages")`` behind an equivalent Starlette SSE endpoint.
 
-The client (``httpx``) starts ``serve_turns`` (200) turns at once, each on a thread of its own, reads each stream to
-its end, and reports turns per second (all turns over the wall time), the time to first byte of the answer stream
-(median and 95th percentile), and the app server's event loop's longest stall during the round (from a 2 ms timer
-on its loop: how long the loop could not serve anything else). A warm-up round of a few turns runs first; the two
-sides run one after the other, ``serve_rounds`` times each, alternating, and the figures are medians of the rounds.
+The sides run one after the other, rxgraph's first, each with processes of its own: a warm-up round of a few turns,
+then ``serve_rounds`` rounds. In a round the client (``httpx`` on one asyncio loop, with a connection for every
+turn) starts ``serve_turns`` (200) turns at once, each on a conversation thread of its own (so each is its thread's
+first turn), and reads each stream to its end. A side reports the median over its rounds of turns per second (a
+round's turns over its wall time); the time to first byte (from sending the request to the first line of the
+streamed answer), median and 95th percentile over the turns of all its rounds; and the longest stall, over its
+rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it could not serve anything else).
+That loop is uvicorn's: LangGraph's model client runs on it, rxgraph's on rxgraph's background loop, which is not
+timed.
+
+A turn fails unless its answer is HTTP 200 with an ``end`` event, no ``error`` event, and no exception in the client;
+the target counts the failed turns of the measured rounds. Each failed turn is recorded as its client saw it (the
+status, the body of an answer that is not 200, the last events, the ``error`` event's body, the exception) in the
+results' samples, and the printed notes count the failed turns by reason (the warm-up's too) and describe the first
+few. The model clients never retry (``max_retries=0``), so a failed model request fails its turn; the servers keep
+idle connections longer than their clients do (``_serve_app.KEEP_ALIVE`` says why).
 """
 
 from __future__ import annotations
