@@ -1,4 +1,5 @@
-"""What ``PostgresSaver`` says to PostgreSQL: its connection pool, its SQL, and the transaction of a ``put``.
+"""What ``PostgresSaver`` says to PostgreSQL: its connection pool, its SQL, the transaction of a ``put``, and the
+deadline every statement runs under.
 
 Imported only when a ``PostgresSaver`` is opened, so that ``import rxgraph`` works without psycopg.
 """
@@ -6,22 +7,34 @@ Imported only when a ``PostgresSaver`` is opened, so that ``import rxgraph`` wor
 from __future__ import annotations
 
 import builtins
+import socket
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, LiteralString
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from .._log import log
 from ..errors import CheckpointConflictError, InvalidTypeError, SaverClosedError, SaverTimeoutError
 from ._base import Checkpoint, check_put, duplicate_id
 from ._incremental import COLUMNS, Plan, Ref, Retention, Row, checkpoint_row
 from ._postgres_schema import Migration, prepare
 
-__all__ = ["Database", "PostgresRows"]
+__all__ = ["GRACE", "Database", "PostgresRows", "Watchdog", "Watched", "named", "server_limits"]
+
+GRACE = 1.0
+"""Seconds a server that does not answer at all is given beyond the saver's ``timeout`` before its connection is
+dropped: time for PostgreSQL's own ``lock_timeout`` and ``statement_timeout`` (which keep the connection, and say
+what waited) to answer first."""
 
 _MAX_SEQ = 2**63 - 1
 
@@ -99,12 +112,182 @@ _STATEMENTS: dict[str, LiteralString] = {
 }
 
 
+def named(conninfo: str, role: str, schema: str) -> dict[str, str]:
+    """The connection argument that names a saver's connection in ``pg_stat_activity`` (``rxgraph checkpoints
+    (chat)``, ``rxgraph run locks (chat)``...), unless the connection string names its application itself."""
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return {}  # unparsable: psycopg will say why when it connects
+    if "fallback_application_name" in given:
+        return {}
+    return {"fallback_application_name": f"rxgraph {role} ({schema})"[:63]}
+
+
+def server_limits(timeout: float) -> tuple[str, str]:
+    """PostgreSQL's ``lock_timeout`` and ``statement_timeout`` for a saver's ``timeout``: a lock waited for that
+    long says so (the statement's limit comes half a :data:`GRACE` later, or it would always speak first), and both
+    answer before the watchdog drops the connection; they keep it."""
+    return f"{max(1, round(timeout * 1000))}ms", f"{max(1, round((timeout + GRACE / 2) * 1000))}ms"
+
+
+class _Watch:
+    """One connection in use: its socket, when it must have been answered by, and whether that passed."""
+
+    __slots__ = ("deadline", "expired", "fd")
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        self.fd = fd
+        self.deadline = deadline
+        self.expired = False
+
+
+class Watchdog:
+    """Drops the connection of a server that keeps a statement waiting longer than ``timeout`` (plus :data:`GRACE`).
+
+    Nothing else bounds that wait. PostgreSQL's own timeouts run in the server process, which cannot act when it is
+    stopped or cut off; libpq waits for a result without a deadline; and on loopback the kernel keeps the socket
+    open and answers TCP keepalives for a stopped process. So every connection in use is *watched*: from the moment
+    it is taken until it is given back, each statement (and the saver's own work between two of them) must be
+    answered within the limit. When a deadline passes, the watchdog's thread shuts the connection's socket down —
+    ``shutdown(2)`` on a duplicate of its descriptor, not ``close``: the descriptor stays the connection's, and it is
+    only touched while the owner still holds the connection (arming and disarming share the watchdog's lock). The
+    owner's wait then ends at once with psycopg's ``OperationalError``, which :meth:`watching` turns into
+    ``SaverTimeoutError``; the connection is closed, so a pool discards it and opens another.
+
+    Every deadline is "now + limit", so the watches, kept in the order they were last renewed, are also in the order
+    they expire: the watchdog only ever looks at the first one. One daemon thread, started with the first watch, and
+    never woken by a call: with nothing to watch it looks again ``limit`` seconds later, which is no later than the
+    deadline of anything armed meanwhile.
+    """
+
+    def __init__(self, timeout: float, where: str) -> None:
+        self.timeout = timeout
+        self.limit = timeout + GRACE
+        self._where = where
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._watches: OrderedDict[_Watch, None] = OrderedDict()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @contextmanager
+    def watching(self, conn: psycopg.Connection[Any]) -> Iterator[Watched]:
+        """Watch ``conn`` for the ``with`` block, whose statements go through the ``Watched`` it gives.
+
+        Raises:
+            SaverTimeoutError: the server did not answer in time; ``conn`` is closed (its cause is psycopg's error).
+        """
+        watch = _Watch(conn.fileno(), time.monotonic() + self.limit)
+        self._arm(watch)
+        try:
+            yield Watched(conn, watch, self)
+        except psycopg.Error as error:
+            if watch.expired:
+                raise self.unanswered(error) from error
+            raise
+        finally:
+            self._disarm(watch)
+            if watch.expired and not conn.closed:
+                # Answered just before the deadline passed: the result stands, but the socket is shut, so the
+                # connection must not be used again. pgconn.finish, not close: a pool whose close() gives
+                # connections back would otherwise be handed it twice.
+                conn.pgconn.finish()
+
+    def unanswered(self, error: BaseException | None = None) -> SaverTimeoutError:
+        """The error of a call whose server did not answer in time."""
+        cause = f" ({type(error).__name__}: {str(error).strip().splitlines()[0]})" if error is not None else ""
+        return SaverTimeoutError(
+            f"{self._where}: the database did not answer within {self.timeout:g} s (a server process that stopped "
+            "or waits for a lock, or a network that fails silently); the connection was dropped. A write in flight "
+            "may or may not have landed: read the thread again before relying on it. Retry, or give the saver a "
+            f"longer timeout{cause}"
+        )
+
+    def close(self) -> None:
+        """Stop the watchdog's thread (connections still watched are no longer broken). Raises nothing."""
+        with self._changed:
+            self._closed = True
+            self._watches.clear()
+            self._changed.notify_all()
+
+    def renew(self, watch: _Watch) -> None:
+        """The server answered, or is asked something new: it has ``limit`` seconds from now."""
+        with self._lock:
+            if watch.expired:
+                return
+            watch.deadline = time.monotonic() + self.limit
+            self._watches.move_to_end(watch)
+
+    def _arm(self, watch: _Watch) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            self._watches[watch] = None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rxgraph-postgres-watchdog", daemon=True)
+                self._thread.start()
+
+    def _disarm(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watches.pop(watch, None)
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._closed:
+                if not self._watches:
+                    self._changed.wait(self.limit)
+                    continue
+                watch = next(iter(self._watches))
+                left = watch.deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)  # a renewal moves it back: looked at again then
+                    continue
+                del self._watches[watch]
+                watch.expired = True
+                _shut(watch.fd)
+
+
+def _shut(fd: int) -> None:
+    """Shut a connection's socket down in both directions: its owner's wait ends with an error, at once."""
+    try:
+        with socket.socket(fileno=socket.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError as error:
+        log.warning("could not drop a PostgreSQL connection that did not answer in time: %s", error)
+
+
+class Watched:
+    """A connection in use under a :class:`Watchdog`: ``execute`` renews its deadline before and after a statement;
+    the rest (``transaction``, ``commit``) is the connection's, still watched."""
+
+    __slots__ = ("_dog", "_watch", "conn")
+
+    def __init__(self, conn: psycopg.Connection[Any], watch: _Watch, dog: Watchdog) -> None:
+        self.conn = conn
+        self._watch = watch
+        self._dog = dog
+
+    def execute(
+        self, query: LiteralString | bytes | sql.SQL | sql.Composed, params: Params | None = None
+    ) -> psycopg.Cursor[Any]:
+        """``conn.execute(query, params)``, with ``limit`` seconds for the server to answer."""
+        self._dog.renew(self._watch)
+        cursor = self.conn.execute(query, params)
+        self._dog.renew(self._watch)
+        return cursor
+
+    def transaction(self) -> AbstractContextManager[psycopg.Transaction]:
+        """``conn.transaction()``: its BEGIN and COMMIT are watched like the statements in between."""
+        return self.conn.transaction()
+
+
 class PostgresRows:
-    """The reads of the incremental store (see ``Rows``), on one connection."""
+    """The reads of the incremental store (see ``Rows``), on one watched connection."""
 
     __slots__ = ("_conn", "_q")
 
-    def __init__(self, conn: psycopg.Connection[Any], statements: Mapping[str, bytes]) -> None:
+    def __init__(self, conn: Watched, statements: Mapping[str, bytes]) -> None:
         self._conn = conn
         self._q = statements
 
@@ -139,7 +322,12 @@ class Database:
 
     ``where`` is the database's connection string without its password (for errors and ``repr``); ``conninfo``
     the connection string and keyword arguments that reach it (for connections of their own, such as run locks);
-    ``schema_version`` the version of the schema once it was checked, created or migrated.
+    ``schema_version`` the version of the schema once it was checked, created or migrated; ``watchdog`` the deadline
+    of every statement (shared with the run locks).
+
+    Every wait for the server is bounded: for a connection of the pool by the pool's timeout; for a lock, and for a
+    statement that runs too long, by PostgreSQL's ``lock_timeout`` and ``statement_timeout`` (set on the saver's own
+    pool; they keep the connection); and for a server that does not answer at all by the watchdog, ``GRACE`` later.
     """
 
     errors: tuple[type[BaseException], ...] = (psycopg.Error,)
@@ -159,19 +347,24 @@ class Database:
         if isinstance(target, str):
             self.conninfo: tuple[str, dict[str, Any]] = (target, {})
             self.where = _without_password(target)
+            self.watchdog = Watchdog(timeout, self.where)
             # Opened once, directly, so that a server that cannot be reached says why rather than time out.
             with psycopg.connect(target, autocommit=True, connect_timeout=max(1, round(timeout))) as conn:
                 self._prepare(conn, migrations)
-            lock_timeout = f"{max(1, round(timeout * 1000))}ms"
+            limits = server_limits(timeout)
 
             def configure(conn: psycopg.Connection[Any]) -> None:
-                conn.execute("SELECT set_config('lock_timeout', %s, false)", (lock_timeout,))
+                with self.watchdog.watching(conn) as watched:
+                    watched.execute(
+                        "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                        limits,
+                    )
 
             self._pool: ConnectionPool[Any] | None = ConnectionPool(
                 target,
                 min_size=1,
                 max_size=max_connections,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, **named(target, "checkpoints", schema)},
                 configure=configure,
                 timeout=timeout,
                 open=True,
@@ -187,9 +380,11 @@ class Database:
             self.where = _without_password(
                 conninfo if isinstance(conninfo, str) else "", kwargs if isinstance(kwargs, dict) else None
             )
+            self.watchdog = Watchdog(timeout, self.where)
             self._pool = target
             self._owns_pool = False
-            with self.connection() as conn:
+            # Not watched: a migration may take its time (as it does on the direct connection above).
+            with self._checkout() as conn:
                 self._prepare(conn, migrations)
         else:
             raise InvalidTypeError(
@@ -211,19 +406,35 @@ class Database:
         return sql.Identifier(self._schema).as_string(conn)
 
     def close(self) -> None:
-        """Stop handing out connections; close the pool when the saver made it. Raises nothing."""
+        """Stop handing out connections; close the pool when the saver made it; stop the watchdog. Raises
+        nothing."""
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             pool.close()
+        self.watchdog.close()
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection of the pool for the ``with`` block, which commits what the block did unless it raised.
+    def connection(self) -> Iterator[Watched]:
+        """A connection of the pool for the ``with`` block, watched (see :class:`Watchdog`), which commits what the
+        block did unless it raised.
 
         Raises:
             SaverClosedError: the saver was closed.
-            SaverTimeoutError: no connection was free for ``timeout`` seconds, or a lock stayed taken that long.
+            SaverTimeoutError: no connection was free for ``timeout`` seconds, a lock stayed taken that long, a
+                statement ran that long, or the server did not answer at all (then the connection is dropped).
         """
+        with self._checkout() as conn, self.watchdog.watching(conn) as watched:
+            try:
+                yield watched
+            except BaseException:
+                _settle(conn, commit=False)
+                raise
+            _settle(conn, commit=True)
+
+    @contextmanager
+    def _checkout(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool for the ``with`` block, with the pool's and the server's timeouts said as
+        ``SaverTimeoutError``."""
         pool = self._pool
         if pool is None:
             raise SaverClosedError(f"the PostgresSaver on {self.where} is closed; open a new one")
@@ -234,8 +445,10 @@ class Database:
             raise self._timed_out("every connection of the pool was in use", error) from error
         except PoolClosed as error:
             raise SaverClosedError(f"the connection pool of the PostgresSaver on {self.where} is closed") from error
-        except (pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as error:
+        except pg_errors.LockNotAvailable as error:
             raise self._timed_out("another transaction held a lock it needed", error) from error
+        except pg_errors.QueryCanceled as error:
+            raise self._timed_out("a statement ran (or waited for a lock)", error) from error
 
     @contextmanager
     def rows(self) -> Iterator[PostgresRows]:
@@ -243,7 +456,7 @@ class Database:
         with self.connection() as conn:
             yield self.rows_on(conn)
 
-    def rows_on(self, conn: psycopg.Connection[Any]) -> PostgresRows:
+    def rows_on(self, conn: Watched) -> PostgresRows:
         """The store's reads on ``conn``."""
         return PostgresRows(conn, self._q)
 
@@ -254,7 +467,7 @@ class Database:
 
     def put(
         self,
-        conn: psycopg.Connection[Any],
+        conn: Watched,
         checkpoint: Checkpoint,
         expected_head: str | None,
         plan: Plan,
@@ -338,6 +551,18 @@ class Database:
             f"{self.where}: {why} for more than {self._timeout:g} s; nothing was written. Retry, or open the "
             f"saver with a longer timeout ({type(error).__name__}: {error})"
         )
+
+
+def _settle(conn: psycopg.Connection[Any], *, commit: bool) -> None:
+    """End the transaction a connection that is not in autocommit mode opened with its first statement, while it is
+    still watched: the pool would otherwise commit (or roll back) after the watch, without a deadline."""
+    status = conn.info.transaction_status
+    if commit and status == TransactionStatus.INTRANS:
+        conn.commit()
+    elif not commit and status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        # The error that brought us here says more; the pool discards a connection it cannot reset.
+        with suppress(psycopg.Error):
+            conn.rollback()
 
 
 def _moved_meanwhile(checkpoint: Checkpoint, expected_head: str | None) -> CheckpointConflictError:
