@@ -50,7 +50,15 @@ class PostgresSaver(IncrementalSaver):
     ``schema_version`` is the version of the saver's schema once opened (created or migrated if needed). Close the
     saver (or use it as a context manager) when done; a closed saver raises ``SaverClosedError``. Methods raise what
     :class:`CheckpointSaver` says; ``SaverTimeoutError`` when no connection of the pool was free for ``timeout``
-    seconds or a lock stayed taken that long, and psycopg's own errors when the server cannot be reached.
+    seconds, a lock stayed taken or a statement ran that long, or the server did not answer at all (a stopped server
+    process, a network that fails silently: the connection is then dropped, a second after ``timeout``); and
+    psycopg's own errors when the server cannot be reached.
+
+    No wait for the server is without that deadline, the run exclusivity's included (see
+    :mod:`rxgraph.checkpoint._postgres_locks`): a turn that would wait on a server that stopped answering fails with
+    ``SaverTimeoutError`` instead, and the next one uses a new connection. The saver names its connections in
+    ``pg_stat_activity`` (``rxgraph checkpoints (<schema>)``, ``rxgraph run locks (<schema>)``, ``rxgraph run
+    listener (<schema>)``) unless the connection string names its application.
 
     Needs the ``postgres`` extra (``pip install 'rxgraph[postgres]'``: psycopg 3 and psycopg_pool); importing
     rxgraph does not import them.
@@ -76,8 +84,11 @@ class PostgresSaver(IncrementalSaver):
                 ``psycopg_pool.ConnectionPool`` of yours, which the saver uses and leaves open. Its connections
                 must use PostgreSQL's default isolation level (read committed); autocommit saves a round trip.
             serde: the type registry for values; default :data:`~rxgraph.checkpoint.default_serde`.
-            timeout: seconds a call waits for a connection of the pool, and (on the saver's own pool) for a lock
-                another transaction holds, before it raises ``SaverTimeoutError``.
+            timeout: seconds a call waits for a connection of the pool, for a lock another transaction holds, for a
+                statement (half a second more), and for a server that does not answer at all (a second more, then
+                the connection is dropped), before it raises ``SaverTimeoutError``. On a pool you give, the lock
+                and statement limits are not set on its connections (they are yours): a long wait there ends when
+                the server does not answer in time, with the connection dropped.
             schema: the PostgreSQL schema that holds the saver's tables; created when missing. Savers on different
                 schemas of one database do not see each other's threads.
             cache_size: how many checkpoints (and ``4 * cache_size`` values) are kept in memory.
@@ -170,7 +181,11 @@ class PostgresSaver(IncrementalSaver):
 
                 conninfo, kwargs = self._db.conninfo
                 self._locks = PostgresRunLocks(
-                    conninfo, schema=self._schema, poll_interval=self._poll_interval, connect_kwargs=kwargs
+                    conninfo,
+                    schema=self._schema,
+                    watchdog=self._db.watchdog,
+                    poll_interval=self._poll_interval,
+                    connect_kwargs=kwargs,
                 )
             return self._locks
 

@@ -12,24 +12,46 @@ Notifications go on the channel ``rxgraph_runs`` as JSON ``{"kind": "released" |
 cancel its run. Payloads carry the key, not the thread id, so that they stay small whatever the id.
 
 Two connections per saver, each on a thread of its own: one takes and frees locks (an operation queue, in order), one
-listens. If the lock connection breaks, the locks it held are gone: it reconnects, takes back what it can, and logs
-what another process took in between (the compare-and-set of every write still keeps that thread's history whole).
+listens — from before the first lock is taken, so that what is sent about a thread held here is heard. Neither waits
+for the server without a deadline (the saver's ``timeout``, through its
+:class:`~rxgraph.checkpoint._postgres_database.Watchdog`):
+
+- A lock connection that does not answer in time is *lost*: it is dropped, the claim whose attempt was on it fails
+  with ``SaverTimeoutError``, and so do the attempts queued behind it (their claims have waited as long); later
+  operations open a new connection.
+- The threads held on a lost connection are held in the database no longer (once its server process notices, it
+  frees them). Their runs go on, but without exclusivity: another process may take such a thread, and to it the run
+  is dead (its lock is gone), so it rewinds that turn before its own, like a killed process's. The run's next write
+  then fails its compare-and-set (``CheckpointConflictError``): it cannot write over the other turn, and the history
+  stays one chain. To close that window, the lost locks are taken back on the new connection as soon as the database
+  lets them go: at once, at each ``poll``, and when a release is heard.
+- The listening connection hears nothing from a server that stopped answering, so it is asked a question every
+  ``timeout`` seconds, with the same deadline, and replaced if it does not answer. A notification sent meanwhile is
+  missed: waiting runs try again at each ``poll`` anyway, and an interrupt is asked again each time its line is
+  refused the thread, until it gets it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import math
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from .._log import log
+from ..errors import SaverTimeoutError
+from ._postgres_database import Watchdog, named, server_limits
 from ._run_locks import RemoteHolder, RunLockEvents, RunLocks
 
 __all__ = ["CHANNEL", "PostgresRunLocks", "lock_key"]
@@ -52,23 +74,40 @@ def _wake(event: threading.Event) -> None:
 
 
 class PostgresRunLocks(RunLocks):
-    """Run exclusivity for the processes sharing a ``PostgresSaver``'s schema (see the module docstring)."""
+    """Run exclusivity for the processes sharing a ``PostgresSaver``'s schema (see the module docstring).
+
+    ``watchdog`` is the saver's: its ``timeout`` bounds every wait for the server (connecting included), and its
+    thread drops a connection whose server does not answer.
+    """
 
     def __init__(
-        self, conninfo: str, *, schema: str, poll_interval: float = 0.5, connect_kwargs: dict[str, Any] | None = None
+        self,
+        conninfo: str,
+        *,
+        schema: str,
+        watchdog: Watchdog,
+        poll_interval: float = 0.5,
+        connect_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.poll_interval = poll_interval
         self._conninfo = conninfo
         self._connect_kwargs = dict(connect_kwargs or {})
         self._schema = schema
+        self._watchdog = watchdog
         self._owner = uuid.uuid4().hex
         self._table = sql.Identifier(schema, "run_slots")
         self._events: RunLockEvents | None = None
         self._ops: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads_by_key: dict[int, set[str]] = {}  # every thread id attempted or held here, by its key
-        self._held: set[str] = set()
+        self._held: set[str] = set()  # held by runs of this process, and locked on the current connection
+        self._lost: set[str] = set()  # held by runs of this process, but their lock went with a lost connection
+        self._interrupting: dict[str, str] = {}  # a thread this process asked for with an interrupt, and the asker
+        # When the lock connection was last lost or could not be made, and why: attempts posted before fail with it.
+        self._failed_at = -math.inf
+        self._failure: Exception | None = None
         self._closed = threading.Event()
+        self._listening = threading.Event()  # the listener has tried to listen once (see _run_ops)
         self._conn: psycopg.Connection[Any] | None = None
         self._listener: psycopg.Connection[Any] | None = None
         self._workers: list[threading.Thread] = []
@@ -95,7 +134,9 @@ class PostgresRunLocks(RunLocks):
         if wait and not self._closed.is_set():
             freed = threading.Event()
             self._post(_wake, freed)  # the operations run in order: this one runs once the release is done
-            freed.wait()
+            # Bounded like any wait for the server: past it, the release is still done in its turn, or its lock
+            # went with a lost connection.
+            freed.wait(self._watchdog.limit)
 
     def interrupt(self, thread_id: str, by_run: str) -> None:
         self._post(self._notify, "interrupt", thread_id, by_run)
@@ -103,7 +144,7 @@ class PostgresRunLocks(RunLocks):
     def close(self) -> None:
         if self._closed.is_set():
             return
-        self._ops.put((self._notify_stop, ()))  # wakes this process's listener, which then sees it is closed
+        self._ops.put((self._notify_stop, (), time.monotonic()))  # wakes this process's listener at once
         self._closed.set()
         self._ops.put(_STOP)
         for worker in self._workers:
@@ -117,10 +158,14 @@ class PostgresRunLocks(RunLocks):
 
     def _post(self, operation: Callable[..., None], *args: Any) -> None:
         if not self._closed.is_set():
-            self._ops.put((operation, args))
+            self._ops.put((operation, args, time.monotonic()))
 
     def _run_ops(self) -> None:
         assert self._events is not None
+        events = self._events
+        # A process listens before it takes (or waits for) its first thread: an interrupt or a release sent for it
+        # after that is heard. Bounded: the listener's first try is (connecting, then LISTEN with a deadline).
+        self._listening.wait()
         while True:
             item = self._ops.get()
             if item is _STOP:
@@ -130,27 +175,39 @@ class PostgresRunLocks(RunLocks):
                     if left is not _STOP and left[0] is _wake:
                         _wake(*left[1])
                 return
-            operation, args = item
+            operation, args, posted = item
+            if operation == self._attempt and posted < self._failed_at:
+                # Its claim has waited on a connection that failed since: it fails with it rather than wait again.
+                assert self._failure is not None
+                events.unavailable(args[0], self._failure)
+                continue
             try:
                 operation(*args)
-            except psycopg.Error as error:
-                log.exception("run exclusivity: %s%r failed on PostgreSQL", operation.__name__, args)
+            except (psycopg.Error, SaverTimeoutError) as error:
+                failure = self._said(error)
+                # Taking lost threads back is tried again at each poll: while the server is away, say it quietly.
+                level = logging.DEBUG if operation == self._retake else logging.WARNING
+                log.log(level, "run exclusivity: %s%r failed on PostgreSQL: %s", operation.__name__, args, failure)
+                conn = self._conn
+                if conn is None or conn.closed:
+                    # Before the claim hears of it: what is posted once it has, is tried on a new connection.
+                    self._lose(failure)
+                # else the statement failed, not the connection: its locks are still held
                 if operation == self._attempt:
-                    self._events.unavailable(args[0], error)
-                self._reconnect()
+                    events.unavailable(args[0], failure)
 
     def _attempt(self, thread_id: str, run_id: str) -> None:
         key = lock_key(self._schema, thread_id)
         with self._lock:
             self._threads_by_key.setdefault(key, set()).add(thread_id)
+            mine = thread_id in self._held or thread_id in self._lost
         assert self._events is not None
-        if self._holds(thread_id):
+        if mine:
             self._events.acquired(thread_id, None)
             return
         # One round trip: try the lock; if taken, say so in run_slots; either way read what the row said before.
-        row = (
-            self._connection()
-            .execute(
+        try:
+            row = self._execute(
                 sql.SQL(
                     "WITH got AS (SELECT pg_try_advisory_lock(%(key)s) AS ok), "
                     "mine AS (INSERT INTO {table} (thread_id, run_id, ending, owner) "
@@ -162,19 +219,33 @@ class PostgresRunLocks(RunLocks):
                 ).format(table=self._table),
                 {"key": key, "thread": thread_id, "run": run_id, "owner": self._owner},
             )
-            .fetchone()
-        )
+        except psycopg.Error:
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                # The statement failed on a live connection (its row stayed locked too long, say) after it may have
+                # taken the lock: a session's advisory lock outlives a failed statement, so let it go.
+                with contextlib.suppress(psycopg.Error, SaverTimeoutError):
+                    self._execute("SELECT pg_advisory_unlock(%s)", (key,))
+            raise
         assert row is not None
         if row[0]:
             with self._lock:
                 self._held.add(thread_id)
+                self._interrupting.pop(thread_id, None)
             self._events.acquired(thread_id, run_id)
-        else:
-            self._events.refused(thread_id, RemoteHolder(row[1], bool(row[2])))
+            return
+        self._events.refused(thread_id, RemoteHolder(row[1], bool(row[2])))
+        with self._lock:
+            asker = self._interrupting.get(thread_id)
+        if asker is not None and not row[2]:
+            # Asked again at each refusal: a holder whose listening connection was being replaced missed the last.
+            self._notify("interrupt", thread_id, asker)
 
     def _update(self, thread_id: str, run_id: str, ending: bool) -> None:
-        if self._holds(thread_id):
-            self._connection().execute(
+        with self._lock:
+            held = thread_id in self._held
+        if held:
+            self._execute(
                 sql.SQL("UPDATE {} SET run_id = %s, ending = %s WHERE thread_id = %s AND owner = %s").format(
                     self._table
                 ),
@@ -182,39 +253,51 @@ class PostgresRunLocks(RunLocks):
             )
 
     def _release(self, thread_id: str) -> None:
-        if not self._holds(thread_id):
-            self._forget(thread_id)  # it was only waiting: stop listening for it
-            return
         with self._lock:
+            held = thread_id in self._held
             self._held.discard(thread_id)
-        key = lock_key(self._schema, thread_id)
-        # One round trip: the row goes, the lock is freed, and the waiting processes hear of it on commit.
-        self._connection().execute(
-            sql.SQL(
-                "WITH gone AS (DELETE FROM {} WHERE thread_id = %s AND owner = %s) "
-                "SELECT pg_advisory_unlock(%s), pg_notify(%s, %s)"
-            ).format(self._table),
-            (thread_id, self._owner, key, CHANNEL, self._payload("released", key, None)),
-        )
-        self._forget(thread_id)
+            self._lost.discard(thread_id)  # its lock went with its connection: nothing to free
+        try:
+            if held:
+                key = lock_key(self._schema, thread_id)
+                # One round trip: the row goes, the lock is freed, and the waiting processes hear of it on commit.
+                self._execute(
+                    sql.SQL(
+                        "WITH gone AS (DELETE FROM {} WHERE thread_id = %s AND owner = %s) "
+                        "SELECT pg_advisory_unlock(%s), pg_notify(%s, %s)"
+                    ).format(self._table),
+                    (thread_id, self._owner, key, CHANNEL, self._payload("released", key, None)),
+                )
+        finally:
+            self._forget(thread_id)  # held or only waited for: stop listening for it
+
+    def _retake(self) -> None:
+        """Take back the threads whose lock went with a lost connection (a new connection does it as it opens)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._connection()
+        else:
+            self._take_back()
 
     def _payload(self, kind: str, key: int, by_run: str | None) -> str:
         return json.dumps({"kind": kind, "schema": self._schema, "key": key, "by": by_run})
 
     def _notify(self, kind: str, thread_id: str, by_run: str | None) -> None:
+        if kind == "interrupt" and by_run is not None:
+            with self._lock:
+                self._interrupting[thread_id] = by_run
         payload = self._payload(kind, lock_key(self._schema, thread_id), by_run)
-        self._connection().execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-
-    def _holds(self, thread_id: str) -> bool:
-        with self._lock:
-            return thread_id in self._held
+        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
     def _notify_stop(self) -> None:
-        self._connection().execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps({"kind": "stop"})))
+        conn = self._conn
+        if conn is not None and not conn.closed:  # without a connection, the listener stops at its next poll
+            self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps({"kind": "stop"})))
 
     def _forget(self, thread_id: str) -> None:
         key = lock_key(self._schema, thread_id)
         with self._lock:
+            self._interrupting.pop(thread_id, None)
             known = self._threads_by_key.get(key)
             if known is not None:
                 known.discard(thread_id)
@@ -223,68 +306,153 @@ class PostgresRunLocks(RunLocks):
 
     # -- the connection ------------------------------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._conninfo, autocommit=True, **self._connect_kwargs)
+    def _connect(self, role: str) -> psycopg.Connection[Any]:
+        """A new connection of the locks (``role`` names it in ``pg_stat_activity`` unless the connection string
+        names the application), with the saver's timeout for connecting and, on the server, for locks."""
+        kwargs = {
+            "connect_timeout": max(2, math.ceil(self._watchdog.timeout)),
+            **named(self._conninfo, role, self._schema),
+        }
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True, **{**kwargs, **self._connect_kwargs})
+        except pg_errors.ConnectionTimeout as error:
+            raise self._watchdog.unanswered(error) from error
+        try:
+            with self._watchdog.watching(conn) as watched:
+                watched.execute(
+                    "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                    server_limits(self._watchdog.timeout),
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-        return self._conn
-
-    def _reconnect(self) -> None:
-        """An operation failed: if the lock connection broke (and its locks with it), connect again and take back
-        what this process held."""
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
-            return  # the statement failed, not the connection: the locks are still held
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
+        """The lock connection; a new one if there is none, which takes back the threads lost with the last."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
         try:
-            self._conn = conn = self._connect()
-        except psycopg.Error:
-            log.exception("run exclusivity: cannot reconnect to PostgreSQL; threads held here are not held there")
-            return
+            conn = self._conn = self._connect("run locks")
+        except (psycopg.Error, SaverTimeoutError) as error:
+            self._failed_at, self._failure = time.monotonic(), self._said(error)
+            raise
+        try:
+            self._take_back()
+        except (psycopg.Error, SaverTimeoutError):
+            if conn.closed:
+                raise  # the new connection failed too
+            log.warning("run exclusivity: could not take back the threads lost with the last connection", exc_info=True)
+        return conn
+
+    def _execute(self, query: LiteralString | sql.Composed, params: Any) -> tuple[Any, ...] | None:
+        """One statement on the lock connection, under the watchdog; its first row, if it returns rows."""
+        conn = self._connection()
+        with self._watchdog.watching(conn) as watched:
+            cursor = watched.execute(query, params)
+            return cursor.fetchone() if cursor.description is not None else None
+
+    def _lose(self, failure: Exception) -> None:
+        """The lock connection broke or did not answer in time: its locks are gone (the server frees them when it
+        notices). What was held on it is taken back as soon as the database lets it."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        self._failed_at, self._failure = time.monotonic(), failure
         with self._lock:
-            held = sorted(self._held)
-        for thread_id in held:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self._schema, thread_id),)).fetchone()
-            if row is None or not row[0]:
-                log.warning(
-                    "run exclusivity: the lock on thread %r was lost with the connection and another process took "
-                    "it; its writes still compare-and-set",
-                    thread_id,
-                )
+            lost = sorted(self._held)
+            self._lost.update(self._held)
+            self._held.clear()
+        if lost:
+            log.warning(
+                "run exclusivity: the lock connection was lost (%s); threads %s are not held in the database until "
+                "they are taken back; meanwhile another process may take them, and every write still compares and "
+                "sets the thread's head",
+                failure,
+                lost,
+            )
+            self._post(self._retake)
+
+    def _take_back(self) -> None:
+        with self._lock:
+            lost = sorted(self._lost)
+        for thread_id in lost:
+            row = self._execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self._schema, thread_id),))
+            if row is not None and row[0]:
+                with self._lock:
+                    self._lost.discard(thread_id)
+                    self._held.add(thread_id)
+                log.info("run exclusivity: thread %r is held in the database again", thread_id)
+
+    def _said(self, error: BaseException) -> Exception:
+        """The error a claim fails with: a timeout of the server's (a row of run_slots locked too long) as the
+        saver says timeouts; anything else as it is."""
+        if isinstance(error, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+            return SaverTimeoutError(
+                f"run exclusivity: PostgreSQL did not answer within {self._watchdog.timeout:g} s "
+                f"({type(error).__name__}: {error}); retry, or give the saver a longer timeout"
+            )
+        assert isinstance(error, Exception)
+        return error
 
     # -- the listener --------------------------------------------------------------------------------------------
 
     def _listen(self) -> None:
         assert self._events is not None
-        events = self._events
-        listener = self._listener = self._relisten()
+        try:
+            listener = self._listener = self._relisten()
+        finally:
+            self._listening.set()
+        asked = polled = time.monotonic()
+        # It wakes for whichever comes first: a poll, or asking the server whether it still answers.
+        nap = min(self.poll_interval, self._watchdog.timeout)
         while not self._closed.is_set():
             if listener is None:
                 self._closed.wait(self.poll_interval)
-                events.poll()  # waiting runs find out whether the server is back (or fail if it is not)
+                self._poll()  # waiting runs find out whether the server is back (or fail if it is not)
                 listener = self._relisten()
+                asked = polled = time.monotonic()
                 continue
             try:
-                for notice in listener.notifies(timeout=self.poll_interval):
+                for notice in listener.notifies(timeout=nap):
                     if self._closed.is_set():
                         return
-                    self._heard(events, notice.payload)
-            except psycopg.Error:
+                    self._heard(self._events, notice.payload)
+                if time.monotonic() - asked >= self._watchdog.timeout:
+                    # A stopped server sends nothing, which sounds like quiet: ask it something, with a deadline.
+                    with self._watchdog.watching(listener) as watched:
+                        watched.execute("SELECT 1")
+                    asked = time.monotonic()
+            except (psycopg.Error, SaverTimeoutError) as error:
                 if self._closed.is_set():
                     return
-                log.exception("run exclusivity: the listening connection failed; reconnecting")
+                log.warning("run exclusivity: the listening connection failed (%s); listening on a new one", error)
+                listener.close()
                 listener = self._relisten()
-            if not self._closed.is_set():
-                events.poll()
+                asked = time.monotonic()
+            if not self._closed.is_set() and time.monotonic() - polled >= self.poll_interval:
+                self._poll()
+                polled = time.monotonic()
+
+    def _poll(self) -> None:
+        assert self._events is not None
+        self._events.poll()
+        with self._lock:
+            lost = bool(self._lost)
+        if lost:
+            self._post(self._retake)
 
     def _relisten(self) -> psycopg.Connection[Any] | None:
         try:
-            listener = self._connect()
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-        except psycopg.Error:
+            listener = self._connect("run listener")
+        except (psycopg.Error, SaverTimeoutError):
+            return None
+        try:
+            with self._watchdog.watching(listener) as watched:
+                watched.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        except (psycopg.Error, SaverTimeoutError):
+            listener.close()
             return None
         self._listener = listener
         return listener
@@ -299,9 +467,14 @@ class PostgresRunLocks(RunLocks):
             log.warning("run exclusivity: ignoring a notification it cannot read: %r", payload)
             return
         with self._lock:
-            threads = [(thread_id, thread_id in self._held) for thread_id in sorted(self._threads_by_key.get(key, ()))]
-        for thread_id, held in threads:
-            if kind == "released" and not held:
+            threads = [
+                (thread_id, thread_id in self._held, thread_id in self._lost)
+                for thread_id in sorted(self._threads_by_key.get(key, ()))
+            ]
+        for thread_id, held, lost in threads:
+            if kind == "released" and lost:
+                self._post(self._retake)  # whoever took it in between let it go: take it back now
+            elif kind == "released" and not held:
                 events.released(thread_id)
-            elif kind == "interrupt" and held and isinstance(by_run, str):
+            elif kind == "interrupt" and (held or lost) and isinstance(by_run, str):
                 events.interrupted(thread_id, by_run)

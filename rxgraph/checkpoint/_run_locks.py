@@ -13,11 +13,13 @@ theirs holds or waits for it. The slots drive it; it answers through ``RunLockEv
   ``interrupted``.
 - ``poll`` comes every ``poll_interval`` seconds while the locks are open: a holder that died sends no ``released``,
   so whatever waits is tried again then.
-- ``unavailable`` says an ``attempt`` failed for want of the database: the runs waiting for that thread fail.
+- ``unavailable`` says an ``attempt`` failed for want of the database (it could not be reached, or did not answer
+  in time): the runs waiting for that thread fail.
 
 A thread's hold must end with its holder: a process that dies (even killed) loses its holds at once, or within a
-stated lease. Every method returns at once (but ``release(wait=True)``): the work happens on the locks' own threads,
-and so do the events — which must not block for long.
+stated lease. Every method returns at once (but ``release(wait=True)``, which waits a bounded time): the work happens
+on the locks' own threads, and so do the events — which must not block for long. No wait for the database may be
+without a deadline: an ``attempt`` is answered (``unavailable`` included) in bounded time.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class RunLockEvents(Protocol):
         """Time to try again whatever waits (a holder that died sent no ``released``)."""
 
     def unavailable(self, thread_id: str, error: Exception) -> None:
-        """An ``attempt`` could not reach the database: what waits for the thread cannot start."""
+        """An ``attempt`` could not reach the database, or it did not answer in time: what waits for the thread
+        cannot start (``error`` says why; ``SaverTimeoutError`` for a deadline)."""
 
 
 class RunLocks(ABC):
@@ -84,7 +87,8 @@ class RunLocks(ABC):
     def release(self, thread_id: str, *, wait: bool = False) -> None:
         """Free a held thread (or stop waiting for one), and tell the other processes. With ``wait``, return once
         the database has freed it — so that a run that has ended is not found still running by the next one,
-        wherever that starts; never pass it on the locks' own threads."""
+        wherever that starts — or once the database has had its time to answer (the hold then goes with the
+        connection that does not answer); never pass it on the locks' own threads."""
 
     @abstractmethod
     def interrupt(self, thread_id: str, by_run: str) -> None:
