@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 from reactivex.scheduler import ThreadPoolScheduler
 
@@ -205,6 +206,30 @@ def test_a_run_whose_lock_was_lost_with_its_connection_cannot_break_the_history(
         assert len(rewinds) == 1
         dead = history[rewinds[0]].run_id
         assert all(checkpoint.run_id != dead for checkpoint in history[rewinds[0] + 1 :])
+
+
+def test_a_claim_whose_run_slots_row_stays_locked_fails_with_saver_timeout_and_keeps_no_lock(
+    postgres_server: str, postgres_schema: str, raw: psycopg.Connection[Any]
+) -> None:
+    """A live server, but the thread's row of run_slots is held by a transaction that does not end: the claim fails
+    in time, and the advisory lock its statement took before it waited is not left behind (another process then
+    gets the thread at once)."""
+    config = RunnableConfig(thread_id="t")
+    with (
+        PostgresSaver(postgres_server, schema=postgres_schema, timeout=TIMEOUT) as one,
+        PostgresSaver(postgres_server, schema=postgres_schema, timeout=TIMEOUT) as two,
+    ):
+        with raw.transaction(force_rollback=True):  # a writer of the row that never commits
+            raw.execute(
+                sql.SQL("INSERT INTO {} (thread_id, run_id, ending, owner) VALUES ('t', 'r', false, 'test')").format(
+                    sql.Identifier(postgres_schema, "run_slots")
+                )
+            )
+            failed = outcome(in_thread(lambda: steps_graph(one).invoke({}, config)))
+            assert isinstance(failed, SaverTimeoutError), failed
+        rejecting = RunnableConfig(thread_id="t", multitask="reject")
+        assert outcome(in_thread(lambda: steps_graph(two).invoke({}, rejecting))) == {"steps": ["first", "second"]}
+        assert outcome(in_thread(lambda: steps_graph(one).invoke({}, config))) == {"steps": ["first", "second"] * 2}
 
 
 # -- the listening connection --------------------------------------------------------------------------------------
