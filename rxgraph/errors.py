@@ -31,7 +31,7 @@
         ├── DecodeError (ValueError)               a text is not an encoding rxgraph wrote
         ├── IncompatibleDatabaseError (ValueError) a file that is not (or not yet, or no longer) ours   .path
         ├── SaverClosedError (RuntimeError)        the saver was closed
-        └── SaverTimeoutError (TimeoutError)       the saver could not get its connection in time
+        └── SaverTimeoutError (TimeoutError)       the database did not answer in time
 
 Where users already catch a built-in exception for the same failure, the error keeps it as a second base: a
 malformed graph is still a ``ValueError``, a missing checkpoint a ``LookupError``.
@@ -374,5 +374,6 @@ class SaverClosedError(CheckpointError, RuntimeError):
 
 class SaverTimeoutError(CheckpointError, TimeoutError):
     """The saver could not get its connection (other threads of this process held it) or the database's write lock
-    (another connection or process held it) in time. It never answers "nothing" instead: retry, or give it a longer
-    ``timeout``."""
+    (another connection or process held it) in time, or the database did not answer in time (a server process that
+    stopped, a network that fails silently: that connection was dropped, and a write in flight may or may not have
+    landed). It never answers "nothing" instead: retry, or give it a longer ``timeout``."""
