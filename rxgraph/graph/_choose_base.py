@@ -17,6 +17,8 @@ from ._config import UnsafeHeadPolicy
 
 __all__ = ["BaseChoice", "choose_base"]
 
+_UNREAD = object()  # choose_base reads the head itself
+
 
 @dataclass(frozen=True, slots=True)
 class BaseChoice:
@@ -37,6 +39,7 @@ def choose_base(
     checkpoint_id: str | None,
     has_input: bool,
     on_unsafe_head: UnsafeHeadPolicy,
+    head: object = _UNREAD,
 ) -> BaseChoice:
     """Read the thread's head and choose the base of a run on it.
 
@@ -46,6 +49,8 @@ def choose_base(
         checkpoint_id: an explicit checkpoint to start from (a replay or a fork), or None for the head.
         has_input: whether the run brings new input (a new turn) or resumes the head's own turn.
         on_unsafe_head: the graph's policy for a head that cannot take new input.
+        head: the thread's head (a Checkpoint or None), when the caller has just read it (saves a read); read here
+            by default.
 
     Returns:
         The choice; ``base`` is None for a thread with no checkpoint yet.
@@ -55,7 +60,9 @@ def choose_base(
         UnsafeHistoryError: the head cannot take new input and the policy is ``"error"``, or no checkpoint of the
             thread can.
     """
-    head = saver.get(thread_id)
+    if head is _UNREAD:
+        head = saver.get(thread_id)
+    assert head is None or isinstance(head, Checkpoint)
     if checkpoint_id is not None:
         base = saver.get(thread_id, checkpoint_id)
         if base is None:

@@ -47,7 +47,7 @@ class DeadRun:
     base: Checkpoint | None
 
 
-def find_dead_run(saver: CheckpointSaver, thread_id: str) -> DeadRun | None:
+def find_dead_run(saver: CheckpointSaver, thread_id: str, head: Checkpoint | None = None) -> DeadRun | None:
     """The run that left the thread's head unfinished, if it did (only reads). Meaningful only while no run of this
     process holds the thread: a live run's head is unfinished too.
 
@@ -55,7 +55,8 @@ def find_dead_run(saver: CheckpointSaver, thread_id: str) -> DeadRun | None:
         The dead run, or None when the head is not unfinished, or the checkpoint its run started from is gone
         (pruned): then nothing can be rewound, and a new turn starts from the newest safe checkpoint.
     """
-    head = saver.get(thread_id)
+    if head is None:
+        head = saver.get(thread_id)
     if head is None or not is_unfinished(head):
         return None
     first = head
@@ -81,7 +82,7 @@ def find_dead_run(saver: CheckpointSaver, thread_id: str) -> DeadRun | None:
 
 
 def rewind_dead_run(
-    saver: CheckpointSaver, thread_id: str, messages_key: str | None, *, by_run: str
+    saver: CheckpointSaver, thread_id: str, messages_key: str | None, *, by_run: str, head: Checkpoint | None = None
 ) -> Checkpoint | None:
     """If the thread's head was left by a run that did not end, write a new head equal to the state that run started
     from (source ``rewind``, tagged with the dead run's id, its ``error`` saying what happened); the dead run's
@@ -92,6 +93,7 @@ def rewind_dead_run(
         thread_id: the thread.
         messages_key: the state key holding the message history (for the rewind's ``safe`` flag).
         by_run: the run that found it (named in the rewind's ``error``).
+        head: the thread's head, when the caller has just read it.
 
     Returns:
         The rewind checkpoint, or None when there is no dead run to rewind (see ``find_dead_run``) or another writer
@@ -100,7 +102,7 @@ def rewind_dead_run(
     Raises:
         Exception: what the saver raised reading or writing (other than a lost compare-and-set).
     """
-    dead = find_dead_run(saver, thread_id)
+    dead = find_dead_run(saver, thread_id, head)
     if dead is None:
         return None
     head, base = dead.head, dead.base

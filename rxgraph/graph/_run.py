@@ -69,7 +69,7 @@ from ..rx._subscribe import subscribe_source
 from ._choose_base import choose_base
 from ._config import MultitaskPolicy, RunnableConfig
 from ._constants import START
-from ._dead_run import rewind_dead_run, rewinds_dead_runs
+from ._dead_run import is_unfinished, rewind_dead_run, rewinds_dead_runs
 from ._edges import JoinProgress, Task, task_node
 from ._interrupt import (
     NO_CALL,
@@ -524,16 +524,21 @@ class Run:
         spec, writer, config = self.spec, self.writer, self.config
         base = None
         if writer.saver is not None and writer.thread_id is not None:
-            if rewinds_dead_runs(spec.policy):
+            head = writer.saver.get(writer.thread_id)
+            if head is not None and rewinds_dead_runs(spec.policy) and is_unfinished(head):
                 # This run holds the thread's slot: a head left by a run that meant to go on is a dead run's, whose
                 # turn is undone first, as its cancel or failure would have undone it.
-                rewind_dead_run(writer.saver, writer.thread_id, spec.messages_key, by_run=writer.run_id)
+                rewound = rewind_dead_run(
+                    writer.saver, writer.thread_id, spec.messages_key, by_run=writer.run_id, head=head
+                )
+                head = rewound if rewound is not None else writer.saver.get(writer.thread_id)
             choice = choose_base(
                 writer.saver,
                 writer.thread_id,
                 checkpoint_id=config.checkpoint_id,
                 has_input=self.input is not None,
                 on_unsafe_head=spec.policy.on_unsafe_head,
+                head=head,
             )
             if self.input is None:
                 self._check_resume(choice.base)  # refused before the run starts: nothing is written
