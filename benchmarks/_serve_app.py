@@ -280,10 +280,7 @@ def main() -> None:
     if args.role == "model":
         from rxgraph.testing import ChatCompletionsServer
 
-        with ChatCompletionsServer(_reply) as server:
-            # ChatCompletionsServer has no keep-alive option: its uvicorn server reads this setting from its config
-            # for each new connection, and none has been made yet.
-            server._uvicorn.config.timeout_keep_alive = KEEP_ALIVE
+        with ChatCompletionsServer(_reply, keep_alive=KEEP_ALIVE) as server:
             print(f"port {server.port}", flush=True)
             sys.stdin.read()
         return

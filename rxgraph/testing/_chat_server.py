@@ -822,13 +822,22 @@ class ChatCompletionsServer:
     Args:
         script: the replies in the order requests take them, or a function from a request's JSON to its reply
             (called on the server's loop: keep it quick).
+        keep_alive: whole seconds an idle connection is kept open (uvicorn's default, 5). Under load a client may
+            reuse a pooled connection it read from late, which a server that closes idle ones as soon as the client
+            would has just closed: give it longer than the clients keep theirs.
 
     Raises:
+        InvalidArgumentError: ``keep_alive`` is not a whole number of at least 1.
         ConfigurationError: (from ``start``) the ``serve`` or ``openai`` extra is not installed, or the server did
             not start.
     """
 
-    def __init__(self, script: ServerScript = ()) -> None:
+    def __init__(self, script: ServerScript = (), *, keep_alive: int = 5) -> None:
+        if isinstance(keep_alive, bool) or not isinstance(keep_alive, int) or keep_alive < 1:
+            raise InvalidArgumentError(
+                f"keep_alive must be a whole number of seconds, at least 1, got {keep_alive!r}", argument="keep_alive"
+            )
+        self._keep_alive = keep_alive
         if callable(script):
             self._next: Callable[[dict[str, Any]], Reply | ErrorReply | None] = script
         else:
@@ -968,7 +977,7 @@ class ChatCompletionsServer:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
-        server = _uvicorn_server(app, self._started, self._stop_event, self._producers)
+        server = _uvicorn_server(app, self._started, self._stop_event, self._producers, self._keep_alive)
         self._uvicorn = server
         assert self._socket is not None
         await server.serve(sockets=[self._socket])
@@ -1028,7 +1037,11 @@ class ChatCompletionsServer:
 
 
 def _uvicorn_server(
-    app: Any, started: threading.Event, stop_event: asyncio.Event, producers: set[asyncio.Future[None]]
+    app: Any,
+    started: threading.Event,
+    stop_event: asyncio.Event,
+    producers: set[asyncio.Future[None]],
+    keep_alive: int,
 ) -> Any:
     """A uvicorn server that says when it listens, waits for ``stop_event`` instead of polling, and shuts down as
     soon as its connections are closed (uvicorn's own waits in steps of 0.1 s)."""
@@ -1068,5 +1081,6 @@ def _uvicorn_server(
         lifespan="off",
         loop="asyncio",
         backlog=2048,
+        timeout_keep_alive=keep_alive,
     )
     return _Server(config)

@@ -106,3 +106,9 @@ def test_a_cut_must_be_the_last_step_and_say_how_it_cuts() -> None:
         Cut("close")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError, match="done must be a bool"):
         Reply("a", done=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keep_alive", [0, -1, 2.5, True, "5"])
+def test_keep_alive_must_be_a_whole_number_of_seconds(keep_alive: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="keep_alive"):
+        ChatCompletionsServer(keep_alive=keep_alive)
