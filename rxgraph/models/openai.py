@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import openai
@@ -203,24 +203,18 @@ class OpenAIChatModel:
             return
         try:
             chunks = iter(stream)
-            finished = False
             while True:
                 try:
                     raw = next(chunks)
                 except StopIteration:
                     break
                 except Exception as error:
-                    call.fail(self._error(error, finished=finished))
+                    call.fail(self._error(error, finished=call.finished))
                     return
                 chunk = _chunk(raw)
-                if chunk is not None:
-                    finished = finished or bool(chunk.finish_reason)
-                    if not call.emit(chunk):
-                        return
-            if finished:
-                call.complete()
-            else:
-                call.fail(self._cut())
+                if chunk is not None and not call.emit(chunk):
+                    return
+            call.end(self._cut)
         except Exception as error:
             call.fail(error)
         finally:
@@ -243,24 +237,18 @@ class OpenAIChatModel:
             return
         try:
             chunks = stream.__aiter__()
-            finished = False
             while True:
                 try:
                     raw = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
                 except Exception as error:
-                    call.fail(self._error(error, finished=finished))
+                    call.fail(self._error(error, finished=call.finished))
                     return
                 chunk = _chunk(raw)
-                if chunk is not None:
-                    finished = finished or bool(chunk.finish_reason)
-                    if not call.emit(chunk):
-                        return
-            if finished:
-                call.complete()
-            else:
-                call.fail(self._cut())
+                if chunk is not None and not call.emit(chunk):
+                    return
+            call.end(self._cut)
         except Exception as error:
             call.fail(error)
         finally:
@@ -317,11 +305,12 @@ class _Call:
     """One subscription's request: whether it was disposed, the open stream to close, and the observer, which hears
     nothing once the subscription is disposed."""
 
-    __slots__ = ("_lock", "_stream", "cancelled", "observer")
+    __slots__ = ("_lock", "_stream", "cancelled", "finished", "observer")
 
     def __init__(self, observer: abc.ObserverBase[ChatChunk]) -> None:
         self.observer = observer
         self.cancelled = False
+        self.finished = False  # a chunk with the answer's finish_reason came
         self._lock = threading.Lock()
         self._stream: Any = None
 
@@ -347,8 +336,17 @@ class _Call:
     def emit(self, chunk: ChatChunk) -> bool:
         if self.cancelled:
             return False
+        if chunk.finish_reason:
+            self.finished = True
         self.observer.on_next(chunk)
         return True
+
+    def end(self, cut: Callable[[], Exception]) -> None:
+        """The stream ended cleanly: complete, if the answer's ``finish_reason`` came; else fail with ``cut()``."""
+        if self.finished:
+            self.complete()
+        else:
+            self.fail(cut())
 
     def complete(self) -> None:
         if not self.cancelled:
