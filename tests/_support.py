@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
 import subprocess
@@ -18,6 +19,7 @@ from rxgraph.testing._saver_contract import ScriptedChatGraph
 __all__ = [
     "DelegatingSaver",
     "ReadCountingSaver",
+    "RewindSignal",
     "ScriptedChat",
     "final_reply",
     "nodes_written",
@@ -111,3 +113,23 @@ def write_half_and_fine(saver: CheckpointSaver) -> None:
     dangling = AssistantMessage(tool_calls=[ToolCall(id="c9", name="f", arguments="{}")])
     app.invoke({"messages": [UserMessage(content="q"), dangling]}, RunnableConfig(thread_id="half"))
     app.invoke({"messages": [UserMessage(content="q")]}, RunnableConfig(thread_id="fine"))
+
+
+class RewindSignal(DelegatingSaver):
+    """A real saver that tells an asyncio loop when a rewind was written, so a test can wait for it."""
+
+    def __init__(self, inner: CheckpointSaver) -> None:
+        super().__init__(inner)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rewound: asyncio.Event | None = None
+
+    def watch(self) -> asyncio.Event:
+        """An event of the running loop, set once a rewind is written from now on."""
+        self._loop, self._rewound = asyncio.get_running_loop(), asyncio.Event()
+        return self._rewound
+
+    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
+        stored = self.inner.put(checkpoint, expected_head=expected_head)
+        if stored.source == "rewind" and self._loop is not None and self._rewound is not None:
+            self._loop.call_soon_threadsafe(self._rewound.set)
+        return stored

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import reactivex as rx
+from _support import RewindSignal
 
 from rxgraph import (
     END,
     START,
-    Checkpoint,
     CheckpointSaver,
     CompiledGraph,
     KeyStrategy,
@@ -23,26 +23,6 @@ from rxgraph import (
     StateGraph,
     StreamingOutput,
 )
-from rxgraph.testing import DelegatingSaver
-
-
-class _RewindSignal(DelegatingSaver):
-    """A real saver that tells an asyncio loop when a rewind was written (so a test can wait for it)."""
-
-    def __init__(self, inner: CheckpointSaver) -> None:
-        super().__init__(inner)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.rewound: asyncio.Event | None = None
-
-    def watch(self) -> asyncio.Event:
-        self.loop, self.rewound = asyncio.get_running_loop(), asyncio.Event()
-        return self.rewound
-
-    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        stored = self.inner.put(checkpoint, expected_head=expected_head)
-        if checkpoint.source == "rewind" and self.loop is not None and self.rewound is not None:
-            self.loop.call_soon_threadsafe(self.rewound.set)
-        return stored
 
 
 def _three_steps(
@@ -129,7 +109,7 @@ PHASES = {
 def test_leaving_closing_or_cancelling_rewinds_the_run(
     how: str, phase: str, saver_factory: Callable[[], CheckpointSaver]
 ) -> None:
-    saver = _RewindSignal(saver_factory())
+    saver = RewindSignal(saver_factory())
     gates = {name: threading.Event() for name in ("start of stream", "mid stream", "finish")}
     app = _gated(saver, gates)
     config = RunnableConfig(thread_id="t")
@@ -258,7 +238,7 @@ def test_async_nodes_of_an_astream_run_are_awaited_on_the_callers_loop() -> None
 
 
 def test_cancelling_ainvoke_rewinds_the_run(saver_factory: Callable[[], CheckpointSaver]) -> None:
-    saver = _RewindSignal(saver_factory())
+    saver = RewindSignal(saver_factory())
     hold, entered = threading.Event(), threading.Event()
     app = _three_steps(saver, hold, entered)
     config = RunnableConfig(thread_id="t")

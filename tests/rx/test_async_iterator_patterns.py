@@ -22,13 +22,12 @@ from typing import Any, TypeVar
 
 import pytest
 import reactivex as rx
+from _support import RewindSignal
 from reactivex.scheduler import ThreadPoolScheduler
 
 from rxgraph import (
     END,
     START,
-    Checkpoint,
-    CheckpointSaver,
     CompiledGraph,
     KeyStrategy,
     NodeOutput,
@@ -39,7 +38,6 @@ from rxgraph import (
     StreamingOutput,
 )
 from rxgraph.rx import to_async_iterator
-from rxgraph.testing import DelegatingSaver
 
 _T = TypeVar("_T")
 
@@ -53,32 +51,12 @@ TURN_1 = ["turn 1", "prepared", "a", "b", "finished"]
 TURN_2 = [*TURN_1, "turn 2", "prepared", "a", "b", "finished"]
 
 
-class _Rewinds(DelegatingSaver):
-    """A real saver that tells the test's event loop when a rewind was written."""
-
-    def __init__(self, inner: CheckpointSaver) -> None:
-        super().__init__(inner)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._written: asyncio.Event | None = None
-
-    def watch(self) -> asyncio.Event:
-        """An event set once a rewind is written from now on."""
-        self._loop, self._written = asyncio.get_running_loop(), asyncio.Event()
-        return self._written
-
-    def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        stored = self.inner.put(checkpoint, expected_head=expected_head)
-        if stored.source == "rewind" and self._loop is not None and self._written is not None:
-            self._loop.call_soon_threadsafe(self._written.set)
-        return stored
-
-
 class _Gated:
     """prepare -> stream (chunk "a", then chunk "b") -> finish, on one thread of a SQLite saver. The run waits (on a
     worker thread) at the start of "stream", between its chunks and in "finish", until the consumer opens the gate
     it waits at: ``go_on(output)`` opens the one the run meets after ``output``. Turn 1 has run to its end."""
 
-    def __init__(self, saver: _Rewinds, thread: str) -> None:
+    def __init__(self, saver: RewindSignal, thread: str) -> None:
         self.saver = saver
         self.config = RunnableConfig(thread_id=thread)
         self.gates = {name: threading.Event() for name in ("start of stream", "mid stream", "finish")}
@@ -167,10 +145,10 @@ def _at_a(output: RunOutput) -> bool:
 
 
 @pytest.fixture
-def saver(tmp_path: Path) -> Iterator[_Rewinds]:
+def saver(tmp_path: Path) -> Iterator[RewindSignal]:
     inner = SqliteSaver(tmp_path / "checkpoints.db")
     try:
-        yield _Rewinds(inner)
+        yield RewindSignal(inner)
     finally:
         inner.close()
 
@@ -196,7 +174,7 @@ MADE_BY = ["astream", "to_async_iterator"]
 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_a_per_item_wait_for_reads_the_whole_turn_and_the_turn_completes(made_by: str, saver: _Rewinds) -> None:
+def test_a_per_item_wait_for_reads_the_whole_turn_and_the_turn_completes(made_by: str, saver: RewindSignal) -> None:
     graph = _Gated(saver, "t")
 
     async def main() -> list[RunOutput]:
@@ -231,7 +209,7 @@ SPAWN: dict[str, Callable[[AsyncIterator[RunOutput]], asyncio.Future[RunOutput]]
 @pytest.mark.parametrize("spawn", sorted(SPAWN))
 @pytest.mark.parametrize("made_by", MADE_BY)
 def test_a_task_per_item_awaited_by_the_consumer_reads_the_whole_turn(
-    made_by: str, spawn: str, saver: _Rewinds
+    made_by: str, spawn: str, saver: RewindSignal
 ) -> None:
     graph = _Gated(saver, "t")
 
@@ -250,7 +228,7 @@ def test_a_task_per_item_awaited_by_the_consumer_reads_the_whole_turn(
 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_two_runs_merged_with_asyncio_wait_over_anext_tasks_both_complete(made_by: str, saver: _Rewinds) -> None:
+def test_two_runs_merged_with_asyncio_wait_over_anext_tasks_both_complete(made_by: str, saver: RewindSignal) -> None:
     graphs = {"a": _Gated(saver, "a"), "b": _Gated(saver, "b")}
 
     async def main() -> dict[str, list[RunOutput]]:
@@ -277,7 +255,7 @@ def test_two_runs_merged_with_asyncio_wait_over_anext_tasks_both_complete(made_b
 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_waiting_with_a_heartbeat_by_asyncio_wait_keeps_the_run(made_by: str, saver: _Rewinds) -> None:
+def test_waiting_with_a_heartbeat_by_asyncio_wait_keeps_the_run(made_by: str, saver: RewindSignal) -> None:
     # The documented way to time out a wait for an item without giving the run up: asyncio.wait does not cancel.
     graph = _Gated(saver, "t")
 
@@ -319,7 +297,7 @@ async def _read_to_a(graph: _Gated, outputs: AsyncIterator[RunOutput]) -> None:
 
 @pytest.mark.parametrize("reading", ["async for", "wait_for per item"])
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_leaving_an_aclosing_block_cancels_and_rewinds_the_run(made_by: str, reading: str, saver: _Rewinds) -> None:
+def test_leaving_an_aclosing_block_cancels_and_rewinds_the_run(made_by: str, reading: str, saver: RewindSignal) -> None:
     graph = _Gated(saver, "t")
 
     async def main() -> None:
@@ -338,7 +316,7 @@ def test_leaving_an_aclosing_block_cancels_and_rewinds_the_run(made_by: str, rea
 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_break_out_of_async_for_cancels_and_rewinds_the_run(made_by: str, saver: _Rewinds) -> None:
+def test_break_out_of_async_for_cancels_and_rewinds_the_run(made_by: str, saver: RewindSignal) -> None:
     graph = _Gated(saver, "t")
 
     async def main() -> None:
@@ -375,7 +353,7 @@ ASK: dict[str, Callable[[AsyncIterator[RunOutput]], Awaitable[RunOutput]]] = {
 @pytest.mark.parametrize("ask", sorted(ASK))
 @pytest.mark.parametrize("made_by", MADE_BY)
 def test_cancelling_the_consumer_while_it_waits_for_an_item_cancels_and_rewinds_the_run(
-    made_by: str, ask: str, saver: _Rewinds
+    made_by: str, ask: str, saver: RewindSignal
 ) -> None:
     graph = _Gated(saver, "t")
 
@@ -402,7 +380,7 @@ def test_cancelling_the_consumer_while_it_waits_for_an_item_cancels_and_rewinds_
 
 @pytest.mark.parametrize("made_by", MADE_BY)
 def test_a_per_item_timeout_that_fires_cancels_and_rewinds_the_run_and_finishes_the_iterator(
-    made_by: str, saver: _Rewinds
+    made_by: str, saver: RewindSignal
 ) -> None:
     # wait_for cancels the __anext__ it gives up on, and an async generator whose __anext__ was cancelled is
     # finished: the run is cancelled with it, as the docstring of to_async_iterator says.
@@ -422,7 +400,7 @@ def test_a_per_item_timeout_that_fires_cancels_and_rewinds_the_run_and_finishes_
 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
-def test_dropping_the_iterator_cancels_and_rewinds_the_run(made_by: str, saver: _Rewinds) -> None:
+def test_dropping_the_iterator_cancels_and_rewinds_the_run(made_by: str, saver: RewindSignal) -> None:
     graph = _Gated(saver, "t")
 
     async def main() -> None:
@@ -439,7 +417,7 @@ def test_dropping_the_iterator_cancels_and_rewinds_the_run(made_by: str, saver: 
 
 @pytest.mark.parametrize("made_by", MADE_BY)
 def test_a_consumer_reading_with_wait_for_and_cancelled_in_its_own_work_cancels_and_rewinds_the_run(
-    made_by: str, saver: _Rewinds
+    made_by: str, saver: RewindSignal
 ) -> None:
     # The consumer made the iterator and owns it, though the items came through wait_for's tasks. The iterator is
     # held elsewhere too, so only the consumer's end can close it (not the garbage collector).
@@ -472,7 +450,7 @@ def test_a_consumer_reading_with_wait_for_and_cancelled_in_its_own_work_cancels_
 
 @pytest.mark.parametrize("made_by", MADE_BY)
 def test_a_task_that_took_the_iteration_over_keeps_the_run_when_its_creator_is_cancelled(
-    made_by: str, saver: _Rewinds
+    made_by: str, saver: RewindSignal
 ) -> None:
     # The creator hands the iterator to a task that runs an `async for` over it, and is then cancelled: the run is
     # the other task's now, and goes on.
