@@ -258,7 +258,8 @@ def select_pruned(
 
     Args:
         history: the thread's checkpoints, newest first, as ``(seq, safe, created_at)``.
-        keep_last, before: as ``prune`` takes them (checked with :func:`check_prune`).
+        keep_last: as ``prune`` takes it (checked with :func:`check_prune`).
+        before: as ``prune`` takes it (checked with :func:`check_prune`).
 
     Returns:
         The seqs to drop, newest first.
