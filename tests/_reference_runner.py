@@ -11,10 +11,38 @@
     tail    = merge (in task order), route, write (guarded by the cancelled flag); of(NodeOutput...) ++ defer(steps)
 
 The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
-run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/runner.py``, one
-purpose-built observer per step) against this one. It shares with the runner only what is not the driving: base
-selection (``choose_base``), the guarded write and the rewind (``ThreadWriter``), the merge and the routing. How a
-run that never ended is recognised and undone before the next turn is written here again, from the design's words.
+run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/_run.py``, one
+purpose-built observer per step) against this one.
+
+What a run decides is written here again, plainly, from the documented rules — so that a wrong answer in the
+runner's own code is not also the reference's answer:
+
+- ``merge_update``: one update into the state, key by key (``REPLACE``, ``APPEND``, ``MERGE``, a reducer function —
+  the user's own function is called, as it is part of the graph);
+- ``merge_superstep``: a superstep's updates in task order, a key without a reducer written by one node only;
+- ``updates_of``: the updates a streaming node's chunks make (its ``reduce``, or each chunk);
+- ``next_tasks``: the routing — fixed edges, route functions and their path maps, ``Send`` items, joins waiting
+  across supersteps;
+- ``pending_work`` and ``work_of``: the pending work a checkpoint holds (``Send`` payloads, joins' progress) and
+  the tasks it describes;
+- ``undo_a_dead_run``: how a run that never ended is recognised and undone before the next turn.
+
+What it still shares with the runner, and why:
+
+- the graph as compiled (``graph._spec``), read as data only: the nodes, the declared key strategies, each node's
+  ways out (target, route function, path map, in the order the builder keeps), the joins' sources and targets, the
+  policies. Building the graph is ``StateGraph``'s part, checked by its own tests; the rules above read it and never
+  call its methods (``advance``, ``next_tasks``, ``merge``...);
+- ``NodeSpec.call``: it calls the user's action with what the action declares (state, config, ``RunInfo``); that
+  is the user's code, run the same way on both sides;
+- ``choose_base``: which checkpoint a turn starts from (``tests/graph/test_choose_base.py`` checks it);
+- ``ThreadWriter``: the guarded compare-and-set write, ``record_error`` and the rewind. Both runners must drive the
+  one writer: the test compares what the saver holds, and the writer is how anything gets there (its ``seq``,
+  parents, ``safe``); it is handed the values, ``next`` and pending work this module computed;
+- the public types (``Send``, ``FrozenList``, ``FrozenDict``, ``KeyStrategy``, outputs, errors).
+
+The reference models what the generated graphs use: no interrupts, no node policies (retry, timeout), no node
+schedulers, no subgraphs. ``reference_stream`` refuses a graph that uses any of them rather than guess.
 """
 
 from __future__ import annotations
@@ -31,49 +59,271 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 from reactivex.scheduler import CurrentThreadScheduler, ImmediateScheduler
 
 from rxgraph import (
+    END,
     START,
     CheckpointConflictError,
     CheckpointSaver,
     CompiledGraph,
+    FrozenDict,
+    FrozenList,
     GraphRecursionError,
     InvalidUpdateError,
+    KeyStrategy,
     NodeOutput,
+    RouteError,
     SaverClosedError,
+    Send,
     StreamingOutput,
 )
-from rxgraph._frozen import freeze
 from rxgraph.graph._choose_base import BaseChoice, choose_base
-from rxgraph.graph._edges import JoinProgress, Task, task_node
-from rxgraph.graph._interrupt import names_of, pending_of, tasks_of
 from rxgraph.graph._run_info import RunInfo
 from rxgraph.graph._writer import ThreadWriter
 from rxgraph.rx._awaitable import background_loop
 
-__all__ = ["reference_stream"]
+__all__ = [
+    "merge_superstep",
+    "merge_update",
+    "next_tasks",
+    "pending_work",
+    "reference_stream",
+    "undo_a_dead_run",
+    "updates_of",
+    "work_of",
+]
+
+Task = str | Send
+"""A task of a superstep: a node run on the state, or a ``Send`` (a node run on a payload)."""
+
+Waiting = dict[int, frozenset[str]]
+"""For each join (by its position in the graph's joins) that is waiting, the sources that finished so far."""
+
+
+# -- the rules, written again -----------------------------------------------------------------------------------
+
+
+def frozen(value: Any) -> Any:
+    """``value`` with its lists as ``FrozenList`` and its dicts as ``FrozenDict``, all the way down."""
+    if isinstance(value, list | FrozenList):
+        return FrozenList([frozen(item) for item in value])
+    if isinstance(value, Mapping):
+        return FrozenDict({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, set | frozenset):
+        return frozenset(frozen(item) for item in value)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):  # a named tuple is kept as it is
+        return tuple(frozen(item) for item in value)
+    return value
+
+
+def merge_update(
+    strategies: Mapping[str, Any], state: Mapping[str, Any], update: Any, origin: str, node: str | None = None
+) -> dict[str, Any]:
+    """A new state: ``update`` merged into ``state`` key by key, each key as its strategy says.
+
+    REPLACE (a key with no strategy too): the new value. APPEND: the old items (none if absent; an old value that is
+    not a list counts as its items if a tuple, else as one item), then the update's items if it is a list or tuple,
+    else the update as one item. MERGE: the old mapping (empty if absent or not a mapping) with the update's keys set
+    over it; the update must be a mapping. A function: ``function(old or None, update)``.
+    """
+    new = dict(state)
+    if update is None:
+        return new
+    if not isinstance(update, Mapping):
+        raise InvalidUpdateError(f"{origin}: an update must be a mapping, got {type(update).__name__}", node=node)
+    for key, value in update.items():
+        if not isinstance(key, str):
+            raise InvalidUpdateError(f"{origin}: state keys must be strings, got {key!r}", node=node)
+        strategy = strategies.get(key, KeyStrategy.REPLACE)
+        if strategy is KeyStrategy.REPLACE:
+            new[key] = frozen(value)
+        elif strategy is KeyStrategy.APPEND:
+            old = new.get(key, [])
+            old_items = list(old) if isinstance(old, list | tuple | FrozenList) else [old]
+            new_items = list(value) if isinstance(value, list | tuple | FrozenList) else [value]
+            new[key] = FrozenList([frozen(item) for item in old_items + new_items])
+        elif strategy is KeyStrategy.MERGE:
+            if not isinstance(value, Mapping):
+                raise InvalidUpdateError(f"{origin}: key {key!r} is MERGE and got a {type(value).__name__}", node=node)
+            old = new.get(key)
+            merged = dict(old) if isinstance(old, Mapping) else {}
+            for inner_key, inner_value in value.items():
+                merged[inner_key] = frozen(inner_value)
+            new[key] = FrozenDict(merged)
+        else:
+            try:
+                reduced = strategy(new.get(key), value)
+            except Exception as error:
+                raise InvalidUpdateError(f"{origin}: the reducer of {key!r} raised {error!r}", node=node) from error
+            new[key] = frozen(reduced)
+    return new
+
+
+def merge_superstep(
+    strategies: Mapping[str, Any], state: Mapping[str, Any], results: Sequence[tuple[str, Sequence[Any]]]
+) -> dict[str, Any]:
+    """A new state: every task's updates (``(node, updates)`` in task order), merged one after the other in that
+    order. A key with no strategy (REPLACE) may be written by one node only in a superstep."""
+    writer_of: dict[str, str] = {}
+    for node, updates in results:
+        for update in updates:
+            for key in update if isinstance(update, Mapping) else ():
+                if strategies.get(key, KeyStrategy.REPLACE) is not KeyStrategy.REPLACE:
+                    continue
+                if writer_of.setdefault(key, node) != node:
+                    raise InvalidUpdateError(
+                        f"nodes {writer_of[key]!r} and {node!r} both wrote {key!r}, which has no reducer", node=node
+                    )
+    new = dict(state)
+    for node, updates in results:
+        for update in updates:
+            new = merge_update(strategies, new, update, f"node {node!r}", node)
+    return new
+
+
+def updates_of(node: Any, chunks: Sequence[Any], state: Mapping[str, Any]) -> Sequence[Any]:
+    """The updates a node's chunk stream makes: its ``reduce`` over all the chunks (given the state too when it
+    takes two arguments), or, without one, each chunk in turn (each must be a mapping)."""
+    if node.reduce is not None:
+        return [node.reduce(chunks, state) if node.reduce_takes_state else node.reduce(chunks)]
+    for chunk in chunks:
+        if not isinstance(chunk, Mapping):
+            raise InvalidUpdateError(f"node {node.name!r} streamed a {type(chunk).__name__}", node=node.name)
+    return list(chunks)
+
+
+def name_of(task: Task) -> str:
+    return task.node if isinstance(task, Send) else task
+
+
+def _targets_of_way(way: Any, state: Mapping[str, Any], nodes: Mapping[str, Any]) -> list[Task]:
+    """What one way out of a node (a fixed edge, or a route with or without a path map) leads to, END left out."""
+    if way.target is not None:
+        return [] if way.target == END else [way.target]
+    answer = way.route(state)
+    labels = list(answer) if isinstance(answer, list | tuple) else [answer]
+    found: list[Task] = []
+    for label in labels:
+        if isinstance(label, Send):
+            if label.node not in nodes:
+                raise RouteError(f"{way.source!r} sent to unknown node {label.node!r}", node=way.source, label=label)
+            found.append(label)
+            continue
+        if way.path_map is not None:
+            try:
+                target = way.path_map[label]
+            except (KeyError, TypeError):
+                raise RouteError(
+                    f"{way.source!r} chose {label!r}, not in its map", node=way.source, label=label
+                ) from None
+        elif isinstance(label, str) and (label in nodes or label == END):
+            target = label
+        else:
+            raise RouteError(f"{way.source!r} chose {label!r}, not a node", node=way.source, label=label)
+        if target != END:
+            found.append(target)
+    return found
+
+
+def next_tasks(
+    graph: Any, finished: Sequence[str], state: Mapping[str, Any], waiting: Mapping[int, frozenset[str]]
+) -> tuple[tuple[Task, ...], Waiting]:
+    """The next superstep's tasks after the nodes in ``finished`` (or ``START``) ran, given the state they made, and
+    the joins still waiting after it.
+
+    In order: each finished node's ways out, in the order the graph keeps them; then each join that every one of its
+    sources has now reached (in this superstep or an earlier one since it last fired). A node named twice runs once;
+    every ``Send`` is a task of its own. A join reached by only some of its sources remembers them.
+    """
+    view = MappingProxyType(dict(state))
+    tasks: list[Task] = []
+
+    def add(task: Task) -> None:
+        if isinstance(task, Send) or task not in tasks:
+            tasks.append(task)
+
+    for name in finished:
+        for way in graph.branches.get(name, ()):
+            for task in _targets_of_way(way, view, graph.nodes):
+                add(task)
+    still_waiting: Waiting = dict(waiting)
+    for index, join in enumerate(graph.joins):
+        arrived = {name for name in finished if name in join.sources}
+        if not arrived:
+            continue
+        reached = set(still_waiting.get(index, frozenset())) | arrived
+        if reached == set(join.sources):
+            still_waiting.pop(index, None)
+            if join.target != END:
+                add(join.target)
+        else:
+            still_waiting[index] = frozenset(reached)
+    return tuple(tasks), still_waiting
+
+
+def pending_work(tasks: Sequence[Task], waiting: Mapping[int, frozenset[str]]) -> dict[str, Any] | None:
+    """What a checkpoint keeps besides ``next``: ``send``, each ``Send``'s ``[position in next, payload]``;
+    ``joins``, each waiting join's sources so far (sorted), by its position as a string. None when there is none."""
+    pending: dict[str, Any] = {}
+    sends = [[position, task.arg] for position, task in enumerate(tasks) if isinstance(task, Send)]
+    if sends:
+        pending["send"] = sends
+    if waiting:
+        pending["joins"] = {str(index): sorted(sources) for index, sources in waiting.items()}
+    return pending or None
+
+
+def work_of(next_nodes: Sequence[str], pending: Mapping[str, Any] | None) -> tuple[tuple[Task, ...], Waiting]:
+    """The tasks and waiting joins a checkpoint's ``next`` and ``pending`` describe (``pending_work`` read back)."""
+    pending = pending or {}
+    if pending.get("interrupt") is not None or pending.get("subgraph"):
+        raise NotImplementedError("the reference runner does not model interrupts or subgraphs")
+    tasks: list[Task] = list(next_nodes)
+    for position, arg in pending.get("send", []):
+        tasks[position] = Send(next_nodes[position], arg)
+    waiting = {int(index): frozenset(sources) for index, sources in pending.get("joins", {}).items()}
+    return tuple(tasks), waiting
+
+
+def _refuse_what_is_not_modelled(spec: Any) -> None:
+    if spec.interrupt_before or spec.interrupt_after:
+        raise NotImplementedError("the reference runner does not model interrupt_before / interrupt_after")
+    for node in spec.nodes.values():
+        if node.retry is not None or node.timeout is not None or node.scheduler is not None or node.subgraph:
+            raise NotImplementedError(f"node {node.name!r}: the reference runner does not model its options")
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
 
 
 def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, config: Any) -> Observable[NodeOutput]:
     """What ``graph.stream(input, config)`` does, from reactivex operators only (no run slots: one run at a time)."""
+    spec = graph._spec  # the graph as compiled, read as data
+    _refuse_what_is_not_modelled(spec)
+    strategies = spec.schema.strategies
 
     def per_subscription(subscribe_scheduler: abc.SchedulerBase | None) -> Observable[NodeOutput]:
         run_scheduler = config.scheduler or subscribe_scheduler
         run_config = (
             config if run_scheduler is config.scheduler else config.model_copy(update={"scheduler": run_scheduler})
         )
-        spec = graph._spec  # the graph as a run sees it
         writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
-        current: list[tuple[tuple[Task, ...], JoinProgress]] = [((), {})]  # the superstep running, for a failure
+        current: list[tuple[tuple[Task, ...], Waiting]] = [((), {})]  # the superstep running, for a failure
         info = RunInfo(
             thread_id=config.thread_id, run_id=writer.run_id, context=config.context, loop_of=background_loop
         )
+
+        def commit(state: dict[str, Any], node: str, source: Any, tasks: tuple[Task, ...], waiting: Waiting) -> Any:
+            next_nodes = tuple(name_of(task) for task in tasks)
+            return writer.commit(
+                state, node=node, next_nodes=next_nodes, source=source, pending=pending_work(tasks, waiting)
+            )
 
         def start(_: abc.SchedulerBase | None) -> Observable[NodeOutput]:
             base = None
             if writer.saver is not None and writer.thread_id is not None:
                 if spec.policy.on_error == "rewind" and spec.policy.on_cancel == "rewind":
-                    _undo_a_dead_run(writer.saver, writer.thread_id, spec.messages_key)
+                    undo_a_dead_run(writer.saver, writer.thread_id, spec.messages_key)
                 choice = choose_base(
                     writer.saver,
                     writer.thread_id,
@@ -85,38 +335,34 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 base = choice.base
             state: dict[str, Any] = dict(base.values) if base is not None else {}
             if input is None:
-                tasks, joins, _ = tasks_of(base.next, base.pending) if base is not None else ((), {}, None)
-                return steps(tasks, state, 0, joins)
-            state = spec.schema.merge(state, input, origin="input")
-            tasks, joins = spec.advance((START,), state)
-            writer.commit(
-                state, node=START, next_nodes=names_of(tasks), source="input", pending=pending_of(tasks, joins, None)
-            )
-            return steps(tasks, state, 0, joins)
+                tasks, waiting = work_of(base.next, base.pending) if base is not None else ((), {})
+                return steps(tasks, state, 0, waiting)
+            state = merge_update(strategies, state, input, "input")
+            tasks, waiting = next_tasks(spec, (START,), state, {})
+            commit(state, START, "input", tasks, waiting)
+            return steps(tasks, state, 0, waiting)
 
-        def steps(tasks: tuple[Task, ...], state: dict[str, Any], count: int, joins: JoinProgress) -> Observable[Any]:
+        def steps(tasks: tuple[Task, ...], state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             if not tasks:
                 return rx.empty()
             if count >= run_config.recursion_limit:
                 limit = run_config.recursion_limit
-                name = task_node(tasks[0])
+                name = name_of(tasks[0])
                 return rx.throw(GraphRecursionError(f"reached {limit=}", limit=limit, next_node=name))
-            current[0] = (tasks, joins)
-            if len(tasks) == 1 and type(tasks[0]) is str:
-                return rx.defer(lambda _: step(tasks[0], state, count + 1, joins))  # type: ignore[arg-type]
-            return rx.defer(lambda _: superstep(tasks, state, count + 1, joins))
+            current[0] = (tasks, waiting)
+            if len(tasks) == 1 and not isinstance(tasks[0], Send):
+                return rx.defer(lambda _: step(tasks[0], state, count + 1, waiting))  # type: ignore[arg-type]
+            return rx.defer(lambda _: superstep(tasks, state, count + 1, waiting))
 
-        def superstep(
-            tasks: tuple[Task, ...], state: dict[str, Any], count: int, joins: JoinProgress
-        ) -> Observable[Any]:
+        def superstep(tasks: tuple[Task, ...], state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             view = MappingProxyType(state)
             results: list[Sequence[Any]] = [() for _ in tasks]
 
             def branch(index: int, task: Task) -> Observable[Any]:
                 def start_branch(_: Any) -> Observable[Any]:
-                    name = task_node(task)
+                    name = name_of(task)
                     node = spec.nodes[name]
-                    state_of: Any = view if type(task) is str else freeze(task.arg)  # type: ignore[union-attr]
+                    state_of: Any = frozen(task.arg) if isinstance(task, Send) else view
                     result = node.call(state_of, run_config, info)
                     if result is None or isinstance(result, Mapping):
                         # No chunks: the branch is done when its action returns, and frees its place at once.
@@ -127,7 +373,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                     chunks: list[Any] = []
 
                     def done() -> None:
-                        results[index] = node.updates_from_chunks(chunks, state_of)
+                        results[index] = updates_of(node, chunks, state_of)
 
                     return on_run_scheduler(result).pipe(
                         ops.do_action(chunks.append),
@@ -142,43 +388,37 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             )
             limit = spec.max_concurrency or len(tasks)
             merged = branches.pipe(ops.merge(max_concurrent=limit))
-            return rx.concat(merged, rx.defer(lambda _: superstep_tail(tasks, state, results, count, joins)))
+            return rx.concat(merged, rx.defer(lambda _: superstep_tail(tasks, state, results, count, waiting)))
 
         def superstep_tail(
             tasks: tuple[Task, ...],
             state: dict[str, Any],
             results: list[Sequence[Any]],
             count: int,
-            joins: JoinProgress,
+            waiting: Waiting,
         ) -> Observable[Any]:
             if writer.cancelled:
                 return rx.empty()
             try:
-                state = spec.schema.merge_superstep(
-                    state, [(task_node(task), updates) for task, updates in zip(tasks, results, strict=True)]
+                state = merge_superstep(
+                    strategies, state, [(name_of(task), updates) for task, updates in zip(tasks, results, strict=True)]
                 )
-            except InvalidUpdateError as error:
+                finished = tuple(dict.fromkeys(name_of(task) for task in tasks))
+                following, waiting = next_tasks(spec, finished, state, waiting)
+            except (InvalidUpdateError, RouteError) as error:
                 return rx.throw(error)
-            finished = tuple(dict.fromkeys(task_node(task) for task in tasks))
-            following, joins = spec.advance(finished, state, joins)
-            checkpoint = writer.commit(
-                state,
-                node=",".join(finished),
-                next_nodes=names_of(following),
-                source="loop",
-                pending=pending_of(following, joins, None),
-            )
+            checkpoint = commit(state, ",".join(finished), "loop", following, waiting)
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()
             view = MappingProxyType(state)
             checkpoint_id = checkpoint.id if checkpoint else None
-            outputs = [NodeOutput(task_node(task), view, checkpoint_id=checkpoint_id) for task in tasks]
+            outputs = [NodeOutput(name_of(task), view, checkpoint_id=checkpoint_id) for task in tasks]
             return rx.concat(
                 rx.from_iterable(outputs, scheduler=ImmediateScheduler.singleton()),
-                rx.defer(lambda _: steps(following, state, count, joins)),
+                rx.defer(lambda _: steps(following, state, count, waiting)),
             )
 
-        def step(name: str, state: dict[str, Any], count: int, joins: JoinProgress) -> Observable[Any]:
+        def step(name: str, state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             node = spec.nodes[name]
             view = MappingProxyType(state)
             result = node.call(view, run_config, info)
@@ -189,33 +429,28 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 updates = lambda: (result,)  # noqa: E731
             elif isinstance(result, abc.ObservableBase):
                 stream = on_run_scheduler(result)
-                updates = lambda: node.updates_from_chunks(chunks, view)  # noqa: E731
+                updates = lambda: updates_of(node, chunks, view)  # noqa: E731
             else:
                 return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
             forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, view, c)))
-            return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count, joins)))
+            return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count, waiting)))
 
-        def tail(
-            name: str, state: dict[str, Any], updates: Sequence[Any], count: int, joins: JoinProgress
-        ) -> Observable[Any]:
+        def tail(name: str, state: dict[str, Any], updates: Sequence[Any], count: int, waiting: Waiting) -> Any:
             if writer.cancelled:
                 return rx.empty()
-            for update in updates:
-                state = spec.schema.merge(state, update, origin=f"node {name!r}", node=name)
-            following, joins = spec.advance((name,), state, joins)
-            checkpoint = writer.commit(
-                state,
-                node=name,
-                next_nodes=names_of(following),
-                source="loop",
-                pending=pending_of(following, joins, None),
-            )
+            try:
+                for update in updates:
+                    state = merge_update(strategies, state, update, f"node {name!r}", name)
+                following, waiting = next_tasks(spec, (name,), state, waiting)
+            except (InvalidUpdateError, RouteError) as error:
+                return rx.throw(error)
+            checkpoint = commit(state, name, "loop", following, waiting)
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()
             output = NodeOutput(name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
             return rx.concat(
                 rx.return_value(output, scheduler=ImmediateScheduler.singleton()),
-                rx.defer(lambda _: steps(following, state, count, joins)),
+                rx.defer(lambda _: steps(following, state, count, waiting)),
             )
 
         def on_run_scheduler(source: abc.ObservableBase[Any]) -> Observable[Any]:
@@ -239,8 +474,10 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 if spec.policy.on_error == "rewind":
                     writer.rewind(error=text)
                 else:
-                    tasks, joins = current[0]
-                    writer.record_error(text, next_nodes=names_of(tasks), pending=pending_of(tasks, joins, None))
+                    tasks, waiting = current[0]
+                    writer.record_error(
+                        text, next_nodes=tuple(name_of(task) for task in tasks), pending=pending_work(tasks, waiting)
+                    )
 
         def rewind_if_cut() -> None:
             if terminated[0] or spec.policy.on_cancel == "keep":
@@ -269,7 +506,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
     return Observable(lambda observer, scheduler: per_subscription(scheduler).subscribe(observer, scheduler=scheduler))
 
 
-def _undo_a_dead_run(saver: CheckpointSaver, thread_id: str, messages_key: str | None) -> None:
+def undo_a_dead_run(saver: CheckpointSaver, thread_id: str, messages_key: str | None) -> None:
     """The rule as the design states it, from the whole history: a head that names a next superstep, waits on no
     human and is a step's (or the input's) was left by a run that never ended; put back the state that run's first
     checkpoint started from."""
