@@ -12,9 +12,9 @@ Notifications go on the channel ``rxgraph_runs`` as JSON ``{"kind": "released" |
 cancel its run. Payloads carry the key, not the thread id, so that they stay small whatever the id.
 
 Two connections per saver, each on a thread of its own: one takes and frees locks (an operation queue, in order), one
-listens — from before the first lock is taken, so that what is sent about a thread held here is heard. Neither waits
-for the server without a deadline (the saver's ``timeout``, through its
-:class:`~rxgraph.checkpoint._postgres_database.Watchdog`):
+listens (:class:`~rxgraph.checkpoint._postgres_listener.RunListener`) — from before the first lock is taken, so that
+what is sent about a thread held here is heard. Neither waits for the server without a deadline (the saver's
+``timeout``, through its :class:`~rxgraph.checkpoint._postgres_database.Watchdog`):
 
 - A lock connection that does not answer in time is *lost*: it is dropped, the claim whose attempt was on it fails
   with ``SaverTimeoutError``, and so do the attempts queued behind it (their claims have waited as long); later
@@ -52,6 +52,7 @@ from psycopg import sql
 from .._log import log
 from ..errors import SaverTimeoutError
 from ._postgres_database import Watchdog, named, server_limits
+from ._postgres_listener import RunListener
 from ._run_locks import RemoteHolder, RunLockEvents, RunLocks
 
 __all__ = ["CHANNEL", "PostgresRunLocks", "lock_key"]
@@ -107,9 +108,16 @@ class PostgresRunLocks(RunLocks):
         self._failed_at = -math.inf
         self._failure: Exception | None = None
         self._closed = threading.Event()
-        self._listening = threading.Event()  # the listener has tried to listen once (see _run_ops)
         self._conn: psycopg.Connection[Any] | None = None
-        self._listener: psycopg.Connection[Any] | None = None
+        self._listener = RunListener(
+            self._connect,
+            watchdog,
+            channel=CHANNEL,
+            closed=self._closed,
+            poll_interval=lambda: self.poll_interval,
+            heard=self._heard,
+            poll=self._poll,
+        )
         self._workers: list[threading.Thread] = []
 
     # -- RunLocks ------------------------------------------------------------------------------------------------
@@ -118,7 +126,7 @@ class PostgresRunLocks(RunLocks):
         # The connections are made on the locks' own threads: opening never waits for the server (a graph may
         # open them from an event loop).
         self._events = events
-        for name, target in (("ops", self._run_ops), ("listener", self._listen)):
+        for name, target in (("ops", self._run_ops), ("listener", self._listener.run)):
             worker = threading.Thread(target=target, name=f"rxgraph-run-locks-{name}", daemon=True)
             worker.start()
             self._workers.append(worker)
@@ -150,7 +158,7 @@ class PostgresRunLocks(RunLocks):
         for worker in self._workers:
             if worker is not threading.current_thread():
                 worker.join()
-        for conn in (self._conn, self._listener):
+        for conn in (self._conn, self._listener.connection):
             if conn is not None:
                 conn.close()  # frees every advisory lock this process held
 
@@ -165,7 +173,7 @@ class PostgresRunLocks(RunLocks):
         events = self._events
         # A process listens before it takes (or waits for) its first thread: an interrupt or a release sent for it
         # after that is heard. Bounded: the listener's first try is (connecting, then LISTEN with a deadline).
-        self._listening.wait()
+        self._listener.listening.wait()
         while True:
             item = self._ops.get()
             if item is _STOP:
@@ -396,44 +404,7 @@ class PostgresRunLocks(RunLocks):
         assert isinstance(error, Exception)
         return error
 
-    # -- the listener --------------------------------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        assert self._events is not None
-        try:
-            listener = self._listener = self._relisten()
-        finally:
-            self._listening.set()
-        asked = polled = time.monotonic()
-        # It wakes for whichever comes first: a poll, or asking the server whether it still answers.
-        nap = min(self.poll_interval, self._watchdog.timeout)
-        while not self._closed.is_set():
-            if listener is None:
-                self._closed.wait(self.poll_interval)
-                self._poll()  # waiting runs find out whether the server is back (or fail if it is not)
-                listener = self._relisten()
-                asked = polled = time.monotonic()
-                continue
-            try:
-                for notice in listener.notifies(timeout=nap):
-                    if self._closed.is_set():
-                        return
-                    self._heard(self._events, notice.payload)
-                if time.monotonic() - asked >= self._watchdog.timeout:
-                    # A stopped server sends nothing, which sounds like quiet: ask it something, with a deadline.
-                    with self._watchdog.watching(listener) as watched:
-                        watched.execute("SELECT 1")
-                    asked = time.monotonic()
-            except (psycopg.Error, SaverTimeoutError) as error:
-                if self._closed.is_set():
-                    return
-                log.warning("run exclusivity: the listening connection failed (%s); listening on a new one", error)
-                listener.close()
-                listener = self._relisten()
-                asked = time.monotonic()
-            if not self._closed.is_set() and time.monotonic() - polled >= self.poll_interval:
-                self._poll()
-                polled = time.monotonic()
+    # -- what the listener hears (on its thread, see _postgres_listener) -----------------------------------------
 
     def _poll(self) -> None:
         assert self._events is not None
@@ -443,21 +414,9 @@ class PostgresRunLocks(RunLocks):
         if lost:
             self._post(self._retake)
 
-    def _relisten(self) -> psycopg.Connection[Any] | None:
-        try:
-            listener = self._connect("run listener")
-        except (psycopg.Error, SaverTimeoutError):
-            return None
-        try:
-            with self._watchdog.watching(listener) as watched:
-                watched.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-        except (psycopg.Error, SaverTimeoutError):
-            listener.close()
-            return None
-        self._listener = listener
-        return listener
-
-    def _heard(self, events: RunLockEvents, payload: str) -> None:
+    def _heard(self, payload: str) -> None:
+        events = self._events
+        assert events is not None
         try:
             message = json.loads(payload)
             if message.get("schema") != self._schema:
