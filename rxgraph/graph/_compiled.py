@@ -1,14 +1,13 @@
 """``CompiledGraph``: start runs (``stream``, ``invoke``) and read or update threads (``get_state``...).
 
-A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe)`` with ``do_on_cancel(run.cancel)``
-(which stops the run before its upstream is disposed) and ``do_finally(run.finished)`` (which rewinds a cancelled run
-once the whole upstream was torn down).
+A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe)`` with
+``do_on_cancel(run.end.cancel)`` (which stops the run before its upstream is disposed) and
+``do_finally(run.end.finished)`` (which rewinds a cancelled run once the whole upstream was torn down).
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -30,15 +29,17 @@ from ..rx import do_finally, do_on_cancel
 from ..rx._async_iterator import to_async_iterator
 from ..rx._awaitable import loop_of_scheduler, running_loop, worker_pool
 from ..rx._subscribe import subscribe_source
+from ._admission import UpdateHolder
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
 from ._dead_run import find_dead_run, rewinds_dead_runs
 from ._draw import draw_mermaid
-from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt, names_of, pending_of, tasks_of
+from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt
 from ._outputs import InterruptOutput, RunOutput, StateSnapshot
 from ._run import Run
 from ._slots import slots_for
 from ._spec import GraphSpec
+from ._transition import after_update
 from ._writer import ThreadWriter
 
 _SAME = object()  # _stream's default: its nodes are told the run's own thread
@@ -274,7 +275,7 @@ class CompiledGraph:
                 run.info.thread_id = cast("str | None", shown_thread)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
             # the whole upstream was disposed.
-            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.cancel), do_finally(run.finished))
+            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.end.cancel), do_finally(run.end.finished))
             # `observer` is already the auto-detaching observer of this subscription: forward to it directly.
             return subscribe_source(pipeline, observer.on_next, observer.on_error, observer.on_completed, scheduler)
 
@@ -385,7 +386,7 @@ class CompiledGraph:
             raise GraphValidationError(
                 f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(spec.nodes)}", node=as_node
             )
-        slots, holder = slots_for(saver), _UpdateHolder()
+        slots, holder = slots_for(saver), UpdateHolder()
         claim = slots.claim(thread_id, holder, "reject", wait=True)  # a live run: ThreadBusyError; ending: wait
         try:
             if claim.outcome != "granted":
@@ -395,15 +396,8 @@ class CompiledGraph:
                 saver, thread_id, checkpoint_id=config.checkpoint_id, has_input=False, on_unsafe_head="ignore"
             )
             writer.start(BaseChoice(choice.head, choice.base, rewind_to=None))
-            base = choice.base
-            state = spec.schema.merge(base.values if base is not None else {}, values, origin="update_state")
-            if as_node is not None:
-                _, joins, _ = tasks_of(base.next, base.pending) if base is not None else ((), {}, None)
-                tasks, joins = spec.advance((as_node,), state, joins)
-                next_nodes, pending = names_of(tasks), pending_of(tasks, joins, None)  # type: tuple[str, ...], Mapping[str, Any] | None
-            else:  # the base's next superstep (and an interrupt it waits on) stays
-                next_nodes, pending = (base.next, base.pending) if base is not None else ((), None)
-            written = writer.commit(state, node=as_node, next_nodes=next_nodes, source="update", pending=pending)
+            at = after_update(spec, choice.base, values, as_node)
+            written = writer.commit_position(at, node=as_node, source="update")
             assert written is not None  # a fresh writer is never cancelled
             return _snapshot(written)
         finally:
@@ -425,36 +419,6 @@ class CompiledGraph:
         saver, thread_id = self._thread(config)
         slots_for(saver).wait_settled(thread_id)
         return saver, thread_id
-
-
-class _UpdateHolder:
-    """Holds a thread's slot for ``update_state``: runs, reads and other updates that arrive meanwhile wait for it,
-    as for a run that is ending (it is one short write, so an interrupting run waits too)."""
-
-    ending = True
-
-    def __init__(self) -> None:
-        self.run_id = f"update-{uuid.uuid4().hex}"
-        self.ending_thread = threading.get_ident()
-        self._granted = threading.Event()
-        self._refusal: Exception | None = None
-
-    def granted(self) -> None:
-        self._granted.set()
-
-    def refused(self, error: Exception) -> None:
-        self._refusal = error
-        self._granted.set()
-
-    def wait(self) -> None:
-        """Wait for the slot; raise ``ThreadBusyError`` if a live run in another process holds the thread (or the
-        error that kept the slot from being shared with the other processes)."""
-        self._granted.wait()
-        if self._refusal is not None:
-            raise self._refusal
-
-    def interrupt(self, by_run: str) -> None:
-        pass
 
 
 def spec_of(graph: CompiledGraph) -> GraphSpec:

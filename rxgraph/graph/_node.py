@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeAlias, cast, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_type_hints
 
 from reactivex import Observable, abc
 from reactivex import operators as ops
@@ -27,7 +27,18 @@ from ._run_info import RunInfo
 if TYPE_CHECKING:
     from ._config import RunnableConfig
 
-__all__ = ["NodeAction", "NodeResult", "NodeSpec", "Reducer", "run_info_parameter"]
+__all__ = [
+    "LATER",
+    "STREAM",
+    "UPDATE",
+    "NodeAction",
+    "NodeResult",
+    "NodeSpec",
+    "Reducer",
+    "ResultKind",
+    "classify",
+    "run_info_parameter",
+]
 
 NodeResult: TypeAlias = Mapping[str, Any] | Observable[Any] | Awaitable[Any] | None
 """What an action returns: the update (a mapping, or None for no change), an Observable of chunks, or — from an
@@ -177,7 +188,7 @@ class NodeSpec:
     ) -> abc.ObservableBase[Any]:
         token = enter_scope(call)
         try:
-            return _as_chunks(self.name, scoped(self._call(state, config, run), call), run)
+            return _as_chunks(self.name, scoped(self._call(state, config, run), call, self.name), run)
         finally:
             leave_scope(token)
 
@@ -257,18 +268,42 @@ def _emit_one(value: Any) -> Observable[Any]:
 def _as_chunks(name: str, result: Any, run: RunInfo) -> abc.ObservableBase[Any]:
     """An attempt's result as its chunk stream: an update as one ``_ReturnedUpdate``, an Observable as it is, an
     awaitable awaited on the run's loop and then taken the same way."""
-    if result is None or isinstance(result, Mapping):
+    kind = classify(name, result)
+    if kind is UPDATE:
         return _emit_one(_ReturnedUpdate(result))
-    if isinstance(result, NodeInterrupt):
-        raise result  # the attempt stops the run (never retried: see RetryPolicy.retries)
+    if kind is STREAM:
+        return cast(abc.ObservableBase[Any], result)
+    # (Every ObservableBase reactivex makes is an Observable: the cast only tells flat_map's overloads.)
+    return from_awaitable(result, run.loop).pipe(
+        ops.flat_map(lambda awaited: cast(Observable[Any], _as_chunks(name, awaited, run)))
+    )
+
+
+ResultKind = Literal["update", "stream", "later"]
+UPDATE: ResultKind = "update"
+STREAM: ResultKind = "stream"
+LATER: ResultKind = "later"
+
+
+def classify(name: str, result: object) -> ResultKind:
+    """What calling node ``name``'s action gave: its update (a mapping, or None), a stream of chunks (an
+    Observable), or a result that comes later (an awaitable: an ``async def`` action's coroutine). The one place
+    that decides it, for a node's first call, for an attempt of a node with a policy, and for what a later result
+    turned out to be.
+
+    Raises:
+        NodeInterrupt: the action returned one (an ``async def`` node may stop the run that way).
+        InvalidUpdateError: the result is none of those.
+    """
+    if result is None or isinstance(result, Mapping):
+        return UPDATE
     # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
     if isinstance(result, abc.ObservableBase):
-        return result
+        return STREAM
     if inspect.isawaitable(result):
-        # (Every ObservableBase reactivex makes is an Observable: the cast only tells flat_map's overloads.)
-        return from_awaitable(result, run.loop).pipe(
-            ops.flat_map(lambda awaited: cast(Observable[Any], _as_chunks(name, awaited, run)))
-        )
+        return LATER
+    if isinstance(result, NodeInterrupt):
+        raise result  # the attempt stops the run (never retried: see RetryPolicy.retries)
     raise InvalidUpdateError(
         f"node {name!r} returned a {type(result).__name__}; an action returns a mapping (the update), None, an "
         "Observable of chunks, or (async def) a coroutine of one of those",

@@ -68,14 +68,14 @@ class SlotHolder(Protocol):
         refuses to wait (``ThreadBusyError``), or the database that shares the slot could not be reached (called
         without any lock held)."""
 
-    def interrupt(self, by_run: str) -> None:
+    def preempt(self, by_run: str) -> None:
         """A newer run with ``multitask="interrupt"`` wants the slot: cancel, clean up, then free it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The answer to a claim: ``"granted"`` (start now), ``"queued"`` (``granted()`` or ``refused()`` follows
-    later), ``"interrupt"`` (queued first; the caller must now call ``holder.interrupt``)."""
+    later), ``"interrupt"`` (queued first; the caller must now call ``holder.preempt``)."""
 
     outcome: Literal["granted", "queued", "interrupt"]
     holder: SlotHolder | None = None
@@ -336,7 +336,7 @@ class RunSlots:
             slot.yielding = True
             holder = slot.holder
         if not holder.ending:
-            _on_pool(functools.partial(holder.interrupt, by_run))
+            _on_pool(functools.partial(holder.preempt, by_run))
 
 
 class _Events:

@@ -18,11 +18,14 @@ import threading
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource, new_checkpoint
 from ._choose_base import BaseChoice
 from ._safety import HistorySafety
+
+if TYPE_CHECKING:
+    from ._transition import Position
 
 __all__ = ["ThreadWriter"]
 
@@ -84,9 +87,14 @@ class ThreadWriter:
         """The subscriber went away: from now on no write of this run lands, except the rewind."""
         self.cancelled = True
 
+    def commit_position(self, at: Position, *, node: str | None, source: CheckpointSource) -> Checkpoint | None:
+        """Write the position ``at`` (see ``_transition``) as the thread's new head: its state, and its next
+        superstep and pending work as the checkpoint's ``next`` and ``pending``. See ``commit``."""
+        return self.commit(at.state, node=node, next_nodes=at.next_nodes, source=source, pending=at.pending())
+
     def commit(
         self,
-        values: dict[str, Any],
+        values: Mapping[str, Any],
         *,
         node: str | None,
         next_nodes: tuple[str, ...],

@@ -1,0 +1,259 @@
+"""How a run moves from one superstep to the next: pure functions from a position and what happened to the next
+position. No I/O, no threads, no clock.
+
+A run stands at a ``Position`` between supersteps: the state, the tasks of the next superstep, the joins waiting for
+more of their sources, the stop it must make before going on (an ``interrupt_before`` / ``interrupt_after``, or a
+node's ``interrupt()``), and the inner state of the next superstep's subgraph tasks. A checkpoint is a position
+written down: ``Position.next_nodes`` is its ``next`` and ``Position.pending()`` its ``pending``. Every checkpoint a
+run writes, and the one ``update_state`` writes, is a position these functions made:
+
+- ``after_input``: new input — merge it into the base's values and route from ``START``;
+- ``after_superstep``: a superstep ended — merge its tasks' updates in task order, route out of its nodes, count
+  the joins, and see whether the run stops after it or before the next one;
+- ``after_resume``: no input (or a ``Command``) — read the base checkpoint's position back and take up its pending work;
+- ``after_update``: ``update_state`` — merge values from outside a run, optionally as a node's output;
+- ``Position.with_progress`` (a subgraph task finished an inner step) and ``Position.stopped_at`` (the run stops
+  inside the superstep it is at).
+
+The run (``_run.py``) decides *when* to move and writes what these functions return; they decide *what* it moves to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from .._frozen import freeze
+from ..checkpoint._base import Checkpoint, CheckpointSource
+from ..errors import InvalidArgumentError, ThreadNotFoundError
+from ._constants import START
+from ._edges import JoinProgress, Send, Task, task_node
+from ._interrupt import PendingInterrupt
+from ._spec import GraphSpec
+
+__all__ = [
+    "Position",
+    "Resumed",
+    "after_input",
+    "after_resume",
+    "after_superstep",
+    "after_update",
+    "check_resumable",
+    "position_of",
+]
+
+_NO_JOINS: JoinProgress = MappingProxyType({})
+_NO_PROGRESS: Mapping[int, Mapping[str, Any]] = MappingProxyType({})
+
+Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | None]]]
+"""What a superstep's tasks returned: ``(node, its updates)`` per task, in task order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a run stands between two supersteps (and, while a superstep runs, the position it started from).
+
+    Attributes:
+        state: the state's values.
+        tasks: the tasks of the next superstep; none when the run is over.
+        joins: the joins that have some of their sources, by the join's index in the graph.
+        stop: the stop the run makes here instead of running ``tasks``, if one.
+        progress: the inner state of the subgraph tasks of ``tasks``, by task index (a subgraph that saved its
+            progress goes on from there).
+    """
+
+    state: Mapping[str, Any]
+    tasks: tuple[Task, ...] = ()
+    joins: JoinProgress = field(default_factory=lambda: _NO_JOINS)
+    stop: PendingInterrupt | None = None
+    progress: Mapping[int, Mapping[str, Any]] = field(default_factory=lambda: _NO_PROGRESS)
+
+    @property
+    def next_nodes(self) -> tuple[str, ...]:
+        """A checkpoint's ``next`` here: the node of each task (a ``Send``'s too), in order."""
+        return tuple(task_node(task) for task in self.tasks)
+
+    def pending(self) -> dict[str, Any] | None:
+        """A checkpoint's ``pending`` here: the payloads of ``Send`` tasks (by their index in ``next``), the joins
+        that are waiting, the stop, the subgraph tasks' progress. None when there is nothing."""
+        pending: dict[str, Any] = {}
+        sends = [[index, task.arg] for index, task in enumerate(self.tasks) if type(task) is Send]
+        if sends:
+            pending["send"] = sends
+        if self.joins:
+            pending["joins"] = {str(index): sorted(sources) for index, sources in self.joins.items()}
+        if self.stop is not None:
+            pending["interrupt"] = self.stop.to_pending()
+        if self.progress:
+            pending["subgraph"] = {str(index): inner for index, inner in sorted(self.progress.items())}
+        return pending or None
+
+    def with_progress(self, index: int, inner: Mapping[str, Any]) -> Position:
+        """This position, with task ``index`` (a subgraph) having reached the inner state ``inner``."""
+        return replace(self, progress=MappingProxyType({**self.progress, index: inner}))
+
+    def stopped_at(self, stop: PendingInterrupt) -> Position:
+        """This position, stopped by ``stop`` (its superstep runs again, whole, when the thread is resumed)."""
+        return replace(self, stop=stop)
+
+
+def check_resumable(base: Checkpoint | None, *, has_saver: bool, thread_id: str | None, command: bool) -> Checkpoint:
+    """Refuse a run without input that has nothing to resume: no saver or thread, no checkpoint, or a ``Command``
+    (``command``) for a thread that waits on no interrupt. Returns ``base``, the checkpoint it resumes.
+
+    Raises:
+        InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt.
+        ThreadNotFoundError: the thread has no checkpoint.
+    """
+    if not has_saver:
+        raise InvalidArgumentError(
+            "stream(None) or a Command resumes a thread's run from its checkpoint: the graph needs a "
+            "checkpointer (compile(checkpointer=...)) and the config a thread",
+            argument="input",
+        )
+    if base is None:
+        raise ThreadNotFoundError(
+            f"thread {thread_id!r} has no checkpoint, so there is no run to resume; start it with input "
+            "(stream(input, config))",
+            thread_id=thread_id or "",
+        )
+    if command and not (base.pending and "interrupt" in base.pending):
+        raise InvalidArgumentError(
+            f"thread {thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes an "
+            "interrupted run (this one may have been answered already); start a turn with input instead",
+            argument="input",
+        )
+    return base
+
+
+def position_of(checkpoint: Checkpoint | None) -> Position:
+    """The position a checkpoint wrote down (an empty one for no checkpoint)."""
+    if checkpoint is None:
+        return Position(MappingProxyType({}))
+    pending = checkpoint.pending or {}
+    tasks: list[Task] = list(checkpoint.next)
+    for index, arg in pending.get("send", ()):
+        tasks[index] = Send(checkpoint.next[index], arg)
+    joins = {int(index): frozenset(sources) for index, sources in pending.get("joins", {}).items()}
+    stored = pending.get("interrupt")
+    progress = {int(index): inner for index, inner in (pending.get("subgraph") or {}).items()}
+    return Position(
+        dict(checkpoint.values),
+        tuple(tasks),
+        MappingProxyType(joins) if joins else _NO_JOINS,
+        PendingInterrupt.from_pending(stored) if stored is not None else None,
+        MappingProxyType(progress) if progress else _NO_PROGRESS,
+    )
+
+
+def after_input(spec: GraphSpec, values: Mapping[str, Any], input: Mapping[str, Any]) -> Position:
+    """A turn with new input: ``input`` merged into ``values`` (the base's), routed from ``START``. Joins and an
+    interrupt the base was waiting on are left behind.
+
+    Raises:
+        InvalidUpdateError: the input does not fit the state's strategies.
+        RouteError: a route out of ``START`` returned something that is not one of its labels.
+    """
+    state = spec.schema.merge(values, input, origin="input")
+    tasks, joins = spec.advance((START,), state)
+    return Position(state, tasks, joins, _stop_before(spec, tasks))
+
+
+def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Position:
+    """The position after the superstep that ran from ``at``: its tasks' updates (``finished``, in task order)
+    merged into the state, the ways out of its nodes and the joins followed, and the stop after it (or before the
+    next one), if the graph makes one.
+
+    Raises:
+        InvalidUpdateError: an update does not fit, or two tasks wrote a key that has no reducer.
+        RouteError: a route returned something that is not one of its labels.
+    """
+    schema = spec.schema
+    if len(finished) == 1:
+        name, updates = finished[0]
+        state: Mapping[str, Any] = at.state
+        origin = f"node {name!r}"
+        for one in updates:
+            state = schema.merge(state, one, origin=origin, node=name)
+        nodes: tuple[str, ...] = (name,)
+    else:
+        state = schema.merge_superstep(at.state, finished)
+        nodes = tuple(dict.fromkeys(name for name, _ in finished))
+    tasks, joins = spec.advance(nodes, state, at.joins)
+    return Position(state, tasks, joins, _stop_after(spec, nodes, tasks))
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What a run without input takes up from its base checkpoint.
+
+    Attributes:
+        at: the position it goes on from.
+        answering: the interrupt inside a node that this run answers (with its answers so far and the new one).
+        record: the ``(node, source)`` of a checkpoint to write before the run goes on, if one: the stop after a
+            node moved on to a stop before the next superstep (``(None, "interrupt")``), or the run stopped after its
+            last node and is over (``(node, "loop")``).
+    """
+
+    at: Position
+    answering: PendingInterrupt | None = None
+    record: tuple[str | None, CheckpointSource] | None = None
+
+
+def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resumed:
+    """Take up ``base``'s pending superstep: the one it stopped before, after or inside (then ``answer`` is the
+    answer to the node's ``interrupt()``), or the one a failed run left to run again."""
+    at = position_of(base)
+    waiting = at.stop
+    if waiting is None:
+        return Resumed(at)
+    at = replace(at, stop=None)
+    if waiting.when == "inside":
+        return Resumed(at, answering=replace(waiting, resumes=(*waiting.resumes, freeze(answer))))
+    if waiting.when == "after":
+        stop = _stop_before(spec, at.tasks)
+        if stop is not None:  # the next superstep has a stop before it too: the run stops there
+            return Resumed(replace(at, stop=stop), record=(None, "interrupt"))
+        if not at.tasks:  # it stopped after the last node: answered, the run is over, and the thread says so
+            return Resumed(replace(at, progress=_NO_PROGRESS), record=(waiting.node, "loop"))
+    return Resumed(at)
+
+
+def after_update(
+    spec: GraphSpec, base: Checkpoint | None, values: Mapping[str, Any] | None, as_node: str | None
+) -> Position:
+    """``update_state``: ``values`` merged into ``base``'s. As ``as_node``'s output, the graph's ways out of that
+    node decide the next superstep (the base's joins count it); otherwise the base's next superstep and the stop it
+    waits on stay.
+
+    Raises:
+        InvalidUpdateError: ``values`` does not fit the state's strategies.
+        RouteError: a route out of ``as_node`` returned something that is not one of its labels.
+    """
+    at = position_of(base)
+    state = spec.schema.merge(at.state, values, origin="update_state")
+    if as_node is None:
+        return replace(at, state=state)
+    tasks, joins = spec.advance((as_node,), state, at.joins)
+    return Position(state, tasks, joins)
+
+
+def _stop_before(spec: GraphSpec, tasks: tuple[Task, ...]) -> PendingInterrupt | None:
+    before = spec.interrupt_before
+    if before:
+        for index, task in enumerate(tasks):
+            name = task_node(task)
+            if name in before:
+                return PendingInterrupt(name, "before", task=index)
+    return None
+
+
+def _stop_after(spec: GraphSpec, finished: tuple[str, ...], tasks: tuple[Task, ...]) -> PendingInterrupt | None:
+    after = spec.interrupt_after
+    if after:
+        for index, name in enumerate(finished):
+            if name in after:
+                return PendingInterrupt(name, "after", task=index)
+    return _stop_before(spec, tasks)
