@@ -16,6 +16,7 @@
     │   ├── ThreadBusyError                        another run holds the thread          .thread_id .run_id
     │   ├── RunInterruptedError                    a newer run took the thread   .thread_id .run_id .by_run_id
     │   ├── NodeTimeoutError (TimeoutError)        a node's attempt outran its timeout   .node .timeout .attempt
+    │   ├── InterruptSwallowedError                a node caught its interrupt() and returned   .node
     │   └── DeadlockError (RuntimeError)           a blocking call would wait for itself
     ├── NodeInterrupt                          a node asks the run to stop for a human (not a failure)  .value
     ├── UnsafeHistoryError (ValueError)        a message history breaks the chat-API rules    .violations .thread_id
@@ -52,6 +53,7 @@ __all__ = [
     "GraphRecursionError",
     "GraphValidationError",
     "IncompatibleDatabaseError",
+    "InterruptSwallowedError",
     "InvalidArgumentError",
     "InvalidCheckpointError",
     "InvalidTypeError",
@@ -216,6 +218,17 @@ class NodeTimeoutError(RunError, TimeoutError):
         self.node = node
         self.timeout = timeout
         self.attempt = attempt
+
+
+class InterruptSwallowedError(RunError):
+    """A node called ``interrupt()`` and returned anyway: it caught the ``NodeInterrupt`` (an ``except Exception``
+    around the call, say), so going on would run the node past a question nobody answered. The run fails with this
+    error instead; ``node`` is the node. Let ``NodeInterrupt`` propagate (catch narrower exceptions, or re-raise it).
+    """
+
+    def __init__(self, message: str, *, node: str) -> None:
+        super().__init__(message)
+        self.node = node
 
 
 class DeadlockError(RunError, RuntimeError):

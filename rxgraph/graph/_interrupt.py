@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._frozen import freeze
-from ..errors import InvalidArgumentError, NodeInterrupt
+from ..errors import InterruptSwallowedError, InvalidArgumentError, NodeInterrupt
 from ._edges import JoinProgress, Send, Task, task_node
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "leave_scope",
     "names_of",
     "pending_of",
+    "returned",
     "scoped",
     "tasks_of",
 ]
@@ -102,13 +103,15 @@ NO_CALL = CallScope()
 
 
 class _Scope:
-    """The ``interrupt()`` calls of one node call: what it was given, and how many answers it used."""
+    """The ``interrupt()`` calls of one node call: what it was given, how many answers it used, and whether one of
+    them stopped it (raised ``NodeInterrupt``)."""
 
-    __slots__ = ("call", "used")
+    __slots__ = ("asked", "call", "used")
 
     def __init__(self, call: CallScope) -> None:
         self.call = call
         self.used = 0
+        self.asked = False
 
 
 _scope: ContextVar[_Scope | None] = ContextVar("rxgraph_interrupt_scope", default=None)
@@ -123,6 +126,10 @@ def interrupt(value: Any = None) -> Any:
     superstep, with the interrupt pending (``get_state(config).interrupt``). A node that calls ``interrupt``
     several times gets each answer back in order when it is resumed; what it did before the call runs again on
     every resume, so keep side effects after it (or idempotent).
+
+    Let the ``NodeInterrupt`` it raises leave the node: a node that catches it (``except Exception`` around the call)
+    and returns anyway would go on as if the human had answered, so the run fails instead, with
+    ``InterruptSwallowedError`` naming the node.
 
     Raises:
         NodeInterrupt: always, unless the run is resuming this call, which returns the answer.
@@ -139,6 +146,7 @@ def interrupt(value: Any = None) -> Any:
     if index < len(scope.call.resumes):
         scope.used += 1
         return scope.call.resumes[index]
+    scope.asked = True
     raise NodeInterrupt(freeze(value), index=index)
 
 
@@ -151,18 +159,45 @@ def leave_scope(token: Any) -> None:
     _scope.reset(token)
 
 
-async def _in_scope(coroutine: Coroutine[Any, Any, Any], call: CallScope) -> Any:
+def returned(node: str) -> None:
+    """The action of ``node`` returned, in the scope open now: refuse it if an ``interrupt()`` of this call stopped
+    it and the ``NodeInterrupt`` was caught.
+
+    Raises:
+        InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
+    """
+    scope = _scope.get()
+    if scope is not None and scope.asked:
+        raise InterruptSwallowedError(
+            f"node {node!r} called interrupt() and then returned: the NodeInterrupt it raised was caught (an "
+            "`except Exception` around the call?), which would run the node on as if the human had answered. Let "
+            "it propagate: catch narrower exceptions, or re-raise NodeInterrupt",
+            node=node,
+        )
+
+
+async def _in_scope(coroutine: Coroutine[Any, Any, Any], call: CallScope, node: str) -> Any:
     token = _scope.set(_Scope(call))
     try:
-        return await coroutine
+        result = await coroutine
+        returned(node)
+        return result
     finally:
         _scope.reset(token)
 
 
-def scoped(result: Any, call: CallScope) -> Any:
-    """``result`` as a node call returned it — a coroutine wrapped so that its body runs in a scope of its own (an
-    ``async def`` node's body runs later, on the run's loop, outside the call's scope)."""
-    return _in_scope(result, call) if inspect.iscoroutine(result) else result
+def scoped(result: Any, call: CallScope, node: str) -> Any:
+    """What node ``node``'s call returned, checked: a coroutine wrapped so that its body runs in a scope of its own
+    (an ``async def`` node's body runs later, on the run's loop, outside the call's scope), checked when it returns;
+    any other result checked now (see ``returned``).
+
+    Raises:
+        InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
+    """
+    if inspect.iscoroutine(result):
+        return _in_scope(result, call, node)
+    returned(node)
+    return result
 
 
 def in_node_call() -> bool:

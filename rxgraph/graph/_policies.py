@@ -30,6 +30,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 
 from .._arguments import check_int
 from ..errors import (
+    InterruptSwallowedError,
     InvalidArgumentError,
     InvalidTypeError,
     ModelAPIError,
@@ -117,8 +118,9 @@ class RetryPolicy:
 
     def retries(self, error: Exception) -> bool:
         """Whether ``retry_on`` says ``error`` is worth another attempt (whether one is left aside). A node's
-        ``interrupt()`` never is: it is a stop for a human, not a failure."""
-        if isinstance(error, NodeInterrupt):
+        ``interrupt()`` never is: it is a stop for a human, not a failure; nor is a caught one
+        (``InterruptSwallowedError``), which every attempt would repeat."""
+        if isinstance(error, NodeInterrupt | InterruptSwallowedError):
             return False
         retry_on = self.retry_on
         if isinstance(retry_on, type | tuple):

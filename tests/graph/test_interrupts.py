@@ -19,6 +19,7 @@ from rxgraph import (
     Command,
     CompiledGraph,
     InterruptOutput,
+    InterruptSwallowedError,
     InvalidArgumentError,
     KeyStrategy,
     NodeInterrupt,
@@ -291,3 +292,65 @@ def test_a_stop_after_the_last_node_is_answered_and_the_thread_no_longer_waits(
     assert app.get_state(config).interrupt is None and app.get_state(config).next == ()
     with pytest.raises(InvalidArgumentError, match="has no pending interrupt"):
         app.invoke(Command(resume="again"), config)
+
+
+def _catching_graph(saver: CheckpointSaver, *, retry: RetryPolicy | None = None, is_async: bool = False) -> Any:
+    """ask (catches its interrupt with `except Exception` and returns anyway) -> done."""
+
+    def ask(state: Any) -> dict[str, Any]:
+        try:
+            answer = interrupt("ok?")
+        except Exception:
+            answer = "nobody said so"
+        return {"answer": answer}
+
+    async def ask_async(state: Any) -> dict[str, Any]:
+        return ask(state)
+
+    graph = StateGraph()
+    graph.add_node("ask", ask_async if is_async else ask, retry=retry)
+    graph.add_node("done", lambda s: {"done": True})
+    graph.add_edge(START, "ask").add_edge("ask", "done").add_edge("done", END)
+    return graph.compile(saver)
+
+
+@pytest.mark.parametrize(
+    ("retry", "is_async"),
+    [(None, False), (None, True), (RetryPolicy(max_attempts=3, retry_on=Exception), False)],
+    ids=["plain", "async", "retried"],
+)
+def test_a_node_that_swallows_its_interrupt_fails_the_run_naming_the_node(
+    saver_factory: Callable[[], CheckpointSaver], retry: RetryPolicy | None, is_async: bool
+) -> None:
+    saver = saver_factory()
+    app = _catching_graph(saver, retry=retry, is_async=is_async)
+    config = RunnableConfig(thread_id="t")
+    with pytest.raises(InterruptSwallowedError) as caught:
+        app.invoke({"q": 1}, config)
+
+    assert caught.value.node == "ask" and "'ask'" in str(caught.value)
+    state = app.get_state(config)  # the node's update never landed, and "done" never ran
+    assert "answer" not in state.values and "done" not in state.values and state.interrupt is None
+    assert state.checkpoint is not None and state.checkpoint.error is not None
+    assert "InterruptSwallowedError" in state.checkpoint.error
+
+
+def test_a_node_may_catch_other_errors_around_interrupt_and_re_raise_node_interrupt(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    def ask(state: Any) -> dict[str, Any]:
+        try:
+            answer = interrupt("ok?")
+        except NodeInterrupt:
+            raise
+        except Exception:  # pragma: no cover - nothing else is raised here
+            answer = None
+        return {"answer": answer}
+
+    graph = StateGraph()
+    graph.add_node("ask", ask)
+    app = graph.add_edge(START, "ask").add_edge("ask", END).compile(saver_factory())
+    config = RunnableConfig(thread_id="t")
+    assert isinstance(_outputs(app, {"q": 1}, config)[-1], InterruptOutput)
+    _outputs(app, Command(resume="yes"), config)
+    assert app.get_state(config).values["answer"] == "yes"
