@@ -6,6 +6,9 @@ run to its end, then a second turn cut as the case says — a dispose at a tick 
 ``timeout``, ``take_until``, ``take``, or a dispose from ``on_next`` — in virtual time, synchronously, or with nodes
 completing on a real thread pool. Both runners must give the same outputs (at the same ticks), the same terminal
 signal, the same checkpoints and the same head.
+
+Cases are generated deterministically (``derandomize``); each test counts what it compared and checks that it
+compared enough, so the tests can run alone and in any order.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-import pytest
 import reactivex as rx
 from _reference_runner import reference_stream
 from hypothesis import HealthCheck, given, settings
@@ -388,46 +390,65 @@ def cut_points(case: Case) -> list[Case]:
     return [case.cut(how, t) for t in sorted({*ticks, *halves, ticks[-1] + 1}) if how != "take_until" or t > 0]
 
 
-COMPARED: dict[Mode, int] = {"virtual": 0, "sync": 0, "pool": 0}
-PARALLEL = [0]  # of those, the cases whose graph has a parallel superstep
-"""How many cut cases each mode compared in this session (printed by the last test of the file)."""
+@dataclass
+class Compared:
+    """What one test compared: cut cases, and how many of them had a parallel superstep."""
 
-
-def _same_at_every_point(case: Case) -> None:
-    for cut in cut_points(case):
-        _same(cut)
-        COMPARED[case.mode] += 1
-        PARALLEL[0] += bool(case.branches)
-
-
-def _same(case: Case) -> None:
-    expected = _observe(case, reference_stream)
-    actual = _observe(case, _real)
-    assert actual["outputs"] == expected["outputs"], case
-    assert actual["history"] == expected["history"], case
-    assert actual["head"] == expected["head"], case
-    assert actual["effects"] == expected["effects"], case  # the same node calls, the same items pulled
+    cases: int = 0
+    parallel: int = 0
 
 
 _SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "database": None}
 
 
-@settings(max_examples=100, **_SETTINGS)  # type: ignore[arg-type]
-@given(cases("virtual"))
-def test_the_runner_matches_the_reference_in_virtual_time(case: Case) -> None:
-    _same_at_every_point(case)
+def _compare_generated(mode: Mode, max_examples: int) -> Compared:
+    """Compare both runners on ``max_examples`` generated cases of ``mode``, each cut at every point."""
+    compared = Compared()
+
+    @settings(max_examples=max_examples, derandomize=True, **_SETTINGS)  # type: ignore[arg-type]
+    @given(cases(mode))
+    def compare(case: Case) -> None:
+        for cut in cut_points(case):
+            _same(cut)
+            compared.cases += 1
+            compared.parallel += bool(case.branches)
+
+    compare()
+    print(f"differential, {mode}: {compared}")
+    return compared
 
 
-@settings(max_examples=100, **_SETTINGS)  # type: ignore[arg-type]
-@given(cases("sync"))
-def test_the_runner_matches_the_reference_on_synchronous_graphs(case: Case) -> None:
-    _same_at_every_point(case)
+def _same(case: Case) -> dict[str, Any]:
+    """Both runners' observations of ``case``, which must be equal (returns the reference's)."""
+    expected = _observe(case, reference_stream)
+    actual = _observe(case, _real)
+    assert actual["outputs"] == expected["outputs"], f"the outputs differ (runner, then reference) in {case}"
+    assert actual["history"] == expected["history"], f"the checkpoints differ (runner, then reference) in {case}"
+    assert actual["head"] == expected["head"], f"the heads differ (runner, then reference) in {case}"
+    # The same node calls, the same items pulled.
+    assert actual["effects"] == expected["effects"], f"the side effects differ (runner, then reference) in {case}"
+    return expected
 
 
-@settings(max_examples=60, **_SETTINGS)  # type: ignore[arg-type]
-@given(cases("pool"))
-def test_the_runner_matches_the_reference_with_nodes_on_a_thread_pool(case: Case) -> None:
-    _same_at_every_point(case)
+def _at_least(compared: Compared, **minimum: int) -> None:
+    """The cases are generated deterministically: fewer than these would mean the generation lost its reach."""
+    short = {name: getattr(compared, name) for name, least in minimum.items() if getattr(compared, name) < least}
+    assert not short, f"too few compared cases {short} (at least {minimum}): {compared}"
+
+
+def test_the_runner_matches_the_reference_in_virtual_time() -> None:
+    compared = _compare_generated("virtual", 100)
+    _at_least(compared, cases=600, parallel=250)
+
+
+def test_the_runner_matches_the_reference_on_synchronous_graphs() -> None:
+    compared = _compare_generated("sync", 100)
+    _at_least(compared, cases=550, parallel=150)
+
+
+def test_the_runner_matches_the_reference_with_nodes_on_a_thread_pool() -> None:
+    compared = _compare_generated("pool", 60)
+    _at_least(compared, cases=250, parallel=80)
 
 
 def test_the_reference_itself_stops_a_synchronous_run_with_take() -> None:
@@ -437,14 +458,3 @@ def test_the_reference_itself_stops_a_synchronous_run_with_take() -> None:
     assert [o[3] for o in observed["outputs"] if o[0] == 2 and o[2] == "node"] == ["n0"]
     assert observed["history"][-1][3] == "rewind"
     assert MappingProxyType(observed["head"] or {}) == {"log": ["turn 1", "n0", "n1", "n2"], "visits": 3}
-
-
-def test_many_cut_cases_were_compared(capsys: pytest.CaptureFixture[str]) -> None:
-    """Runs last in this file: how many generated cut cases the three tests above compared (at least 500 when the
-    whole file ran)."""
-    total = sum(COMPARED.values())
-    with capsys.disabled():
-        print(f"\ndifferential: {total} cut cases compared ({COMPARED}), {PARALLEL[0]} with a parallel superstep")
-    if all(COMPARED.values()):  # the whole file ran, not a selection of it
-        assert total >= 500
-        assert PARALLEL[0] >= 100
