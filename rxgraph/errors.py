@@ -6,6 +6,7 @@
     ├── ConfigurationError                     something was set up wrong; found when it is built, called or used
     │   ├── GraphValidationError (ValueError)      the graph is malformed                        .node
     │   ├── InvalidArgumentError (ValueError)      an option or argument has a value it cannot have  .argument
+    │   │   └── InvalidConfigError                     a RunnableConfig's fields do not validate    .errors
     │   └── InvalidTypeError (TypeError)           an option or argument has a type it cannot have   .argument
     ├── RunError                               a run failed; its subscriber's on_error gets it
     │   ├── GraphRecursionError (RecursionError)   more steps than recursion_limit      .limit .next_node
@@ -40,7 +41,7 @@ malformed graph is still a ``ValueError``, a missing checkpoint a ``LookupError`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "CheckpointConflictError",
@@ -56,6 +57,7 @@ __all__ = [
     "InterruptSwallowedError",
     "InvalidArgumentError",
     "InvalidCheckpointError",
+    "InvalidConfigError",
     "InvalidTypeError",
     "InvalidUpdateError",
     "MaxIterationsError",
@@ -107,6 +109,16 @@ class InvalidArgumentError(ConfigurationError, ValueError):
     def __init__(self, message: str, *, argument: str | None = None) -> None:
         super().__init__(message)
         self.argument = argument
+
+
+class InvalidConfigError(InvalidArgumentError):
+    """A ``RunnableConfig`` was given a field it does not have, or a value its field cannot take. ``errors`` is
+    pydantic's account of every problem (dicts with ``loc``, ``msg`` and ``type``, as ``ValidationError.errors()``
+    gives them), and pydantic's ``ValidationError`` is the ``__cause__``; ``argument`` is the first field at fault."""
+
+    def __init__(self, message: str, *, errors: Sequence[Mapping[str, object]], argument: str = "config") -> None:
+        super().__init__(message, argument=argument)
+        self.errors = tuple(errors)
 
 
 class InvalidTypeError(ConfigurationError, TypeError):

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reactivex import abc
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidConfigError
 
 __all__ = ["CancelPolicy", "ErrorPolicy", "MultitaskPolicy", "RunnableConfig", "TurnPolicy", "UnsafeHeadPolicy"]
 
@@ -109,6 +109,26 @@ class RunnableConfig(BaseModel):
     multitask: MultitaskPolicy | None = None
     context: Mapping[str, Any] = Field(default_factory=lambda: MappingProxyType({}))
 
+    def __init__(self, **fields: Any) -> None:
+        """Raises:
+        InvalidConfigError: a field the config does not have, or a value its field cannot take.
+        """
+        try:
+            super().__init__(**fields)
+        except ValidationError as error:
+            raise _invalid(error) from error
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> RunnableConfig:
+        """A config from a mapping of its fields (or a config), validated as the constructor does.
+
+        Raises:
+            InvalidConfigError: a field the config does not have, or a value its field cannot take.
+        """
+        if isinstance(obj, Mapping) and not options:
+            return cls(**obj)
+        return super().model_validate(obj, **options)
+
     @field_validator("context", mode="after")
     @classmethod
     def _read_only(cls, context: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -130,3 +150,12 @@ class RunnableConfig(BaseModel):
                     yield key, f"<keys {sorted(value)}>"
             elif value is not None or key == "thread_id":
                 yield key, value
+
+
+def _invalid(error: ValidationError) -> InvalidConfigError:
+    problems = error.errors(include_url=False)
+    said = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in problems)
+    first = problems[0]["loc"] if problems else ()
+    return InvalidConfigError(
+        f"invalid RunnableConfig: {said}", errors=problems, argument=str(first[0]) if first else "config"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -22,6 +22,7 @@ from .._log import log
 from ..agent._react import ReactAgent
 from ..errors import (
     InvalidArgumentError,
+    InvalidConfigError,
     InvalidTypeError,
     MessageFormatError,
     RxGraphError,
@@ -125,12 +126,12 @@ def _config(request: Request, **fields: Any) -> RunnableConfig | Response:
     """The run's config, for the thread in the path; or the 422 that refuses the request."""
     try:
         return RunnableConfig(thread_id=request.path_params["thread_id"], **fields)
-    except ValidationError as error:
-        return _refused(_validation_json(error))
+    except InvalidConfigError as error:
+        return _refused(_validation_json(error.errors))
 
 
-def _validation_json(error: ValidationError) -> dict[str, Any]:
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
+def _validation_json(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors]
     return {"type": "ValidationError", "message": "; ".join(problems)}
 
 
@@ -261,7 +262,7 @@ class _RunStream:
                 return config
             return config, self._graph.astream(Command(resume=run.resume) if run.resumes else run.input, config)
         except ValidationError as error:
-            return _refused(_validation_json(error))
+            return _refused(_validation_json(error.errors()))
         except (MessageFormatError, InvalidArgumentError, InvalidTypeError, UnsafeHistoryError) as error:
             return _refused(error_json(error))
 

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
 import pytest
 from reactivex.scheduler import ThreadPoolScheduler
 
@@ -19,11 +20,13 @@ from rxgraph import (
     Command,
     CompiledGraph,
     InvalidArgumentError,
+    InvalidConfigError,
     KeyStrategy,
     MemorySaver,
     PendingInterrupt,
     RunInfo,
     RunnableConfig,
+    RxGraphError,
     StateGraph,
     ThreadNotFoundError,
     interrupt,
@@ -212,3 +215,16 @@ def test_a_subgraphs_nodes_are_told_their_parents_thread() -> None:
     without_thread.invoke({"log": ["go"]})
 
     assert seen == ["user-42", None]
+
+
+def test_an_invalid_config_is_an_rxgraph_error_with_pydantic_s_details() -> None:
+    with pytest.raises(InvalidConfigError) as caught:
+        RunnableConfig(thread_id=" ", recursion_limit=0, nope=1)  # type: ignore[call-arg]
+    error = caught.value
+    assert isinstance(error, RxGraphError) and isinstance(error, ValueError)
+    assert [e["loc"] for e in error.errors] == [("thread_id",), ("recursion_limit",), ("nope",)]
+    assert error.argument == "thread_id" and "recursion_limit" in str(error)
+    assert isinstance(error.__cause__, pydantic.ValidationError)
+    with pytest.raises(InvalidConfigError, match="thread_id"):
+        RunnableConfig.model_validate({"thread_id": 3})
+    assert RunnableConfig.model_validate({"thread_id": "t"}) == RunnableConfig(thread_id="t")

@@ -159,11 +159,9 @@ def test_an_unknown_turn_policy_is_refused_at_compile_time(option: str, value: s
 
 
 def test_an_unknown_multitask_policy_in_a_run_config_is_refused() -> None:
-    from pydantic import ValidationError
+    from rxgraph import InvalidConfigError, RunnableConfig
 
-    from rxgraph import RunnableConfig
-
-    with pytest.raises(ValidationError, match="multitask"):
+    with pytest.raises(InvalidConfigError, match="multitask"):
         RunnableConfig(multitask="queue")  # type: ignore[arg-type]
 
 
