@@ -39,6 +39,7 @@ PROTOCOL_ERRORS = {
     "IndexError": "Sequence.__getitem__ (iteration stops on it)",
     "SystemExit": "the command line's exit status",
     "NotImplementedError": "abstract methods",
+    "AttributeError": "a module's __getattr__ (PEP 562) for a name it does not have",
 }
 
 
