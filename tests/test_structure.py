@@ -168,6 +168,71 @@ def test_every_all_is_true(module_name: str) -> None:
     assert public <= set(listed), f"{module_name}: public names missing from __all__: {sorted(public - set(listed))}"
 
 
+def _origin(module: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` statement of ``module`` imports from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    base = package.split(".")
+    return ".".join([*base[: len(base) - node.level + 1], *([node.module] if node.module else [])])
+
+
+def _binding(module: str, name: str) -> ast.stmt | None:
+    """The top-level statement of ``module`` that binds ``name``: a definition, an assignment or an import."""
+    for node in _tree(module).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound = [node.name]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound = [target.id for target in targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.ImportFrom):
+            bound = [alias.asname or alias.name for alias in node.names]
+        else:
+            continue
+        if name in bound:
+            return node
+    return None
+
+
+def _home(module: str, name: str) -> str | None:
+    """The module that defines ``name`` as ``module`` has it: its imports followed to the statement that is not an
+    import (the import's origin, when that is not an rxgraph module; ``None`` when no top-level statement binds it)."""
+    node = _binding(module, name)
+    if not isinstance(node, ast.ImportFrom):
+        return module if node is not None else None
+    origin = _origin(module, node)
+    imported = next(alias.name for alias in node.names if (alias.asname or alias.name) == name)
+    return _home(origin, imported) if origin in MODULES else origin
+
+
+def _subpackage(module: str) -> str:
+    """The subpackage a module belongs to (``rxgraph.checkpoint`` for ``rxgraph.checkpoint.contract``); a module
+    directly in ``rxgraph`` (``rxgraph.errors``) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_public_names_are_defined_in_their_own_subpackage() -> None:
+    """Every name in a public module's ``__all__`` is defined (its imports followed to the statement that defines
+    it) in that public module's own subpackage, or in a private module directly in ``rxgraph`` (``rxgraph._frozen``:
+    building blocks no subpackage owns). So no module re-exports what a private module of another subpackage
+    defines: a name is public in the subpackage that makes it. The package ``rxgraph`` is the exception: each name
+    of its ``__all__`` is imported from a public module that lists it in its own ``__all__``."""
+    public = set(PUBLIC_MODULES)
+    wrong: list[str] = []
+    for module_name in sorted(public - {"rxgraph"}):
+        for name in getattr(importlib.import_module(module_name), "__all__", ()):
+            home = _home(module_name, name)
+            shared = home is not None and home.count(".") == 1 and _is_private(home.rpartition(".")[2])
+            if home is None or not (shared or _subpackage(home) == _subpackage(module_name)):
+                wrong.append(f"{module_name}.{name} is defined in {home}, outside {_subpackage(module_name)}")
+    for name in rxgraph.__all__:
+        node = _binding("rxgraph", name)
+        origin = _origin("rxgraph", node) if isinstance(node, ast.ImportFrom) else None
+        if origin not in public or name not in getattr(importlib.import_module(origin), "__all__", ()):
+            wrong.append(f"rxgraph.{name} is not imported from a public module that exports it (from {origin})")
+    assert not wrong, "public names that are not public where they are made:\n" + "\n".join(wrong)
+
+
 def test_every_error_is_exported_from_one_place() -> None:
     from rxgraph import errors
 

@@ -30,9 +30,9 @@ from ..graph._interrupt import Command, interrupt
 from ..graph._outputs import RunOutput, StateSnapshot
 from ..graph._run_info import RunInfo
 from ..graph._state import KeyStrategy
-from ..messages._approval import ApprovalRequest, Approve, Edit, Reject, decisions_for
 from ..messages._rules import request_violations
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ._approval import ApprovalRequest, Approve, Edit, Reject, decisions_for
 from ._model import ChatChunk, ChatModel, merge_chunks
 from ._tools import Tool, tool
 

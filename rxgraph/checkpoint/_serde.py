@@ -64,8 +64,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Discriminator
 
 from .._frozen import MAX_DEPTH, FrozenDict, FrozenList
+from ..agent._approval import ApprovalRequest, Approve, Edit, Reject
 from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
-from ..messages._approval import ApprovalRequest, Approve, Edit, Reject
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["Serde", "default_serde", "encode_int", "json_text", "parse_json_text", "register"]

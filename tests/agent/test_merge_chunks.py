@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rxgraph.agent import ChatChunk, TokenUsage, ToolCallDelta, merge_chunks
+from rxgraph.agent import ChatChunk, ToolCallDelta, merge_chunks
 from rxgraph.errors import InvalidTypeError, MessageFormatError
-from rxgraph.messages import ToolCall
+from rxgraph.messages import TokenUsage, ToolCall
 from rxgraph.testing import finish, text, tool_call
 
 
@@ -86,9 +86,3 @@ def test_refusal_pieces_are_joined_apart_from_the_text() -> None:
     message = merge_chunks([ChatChunk(refusal="I can"), ChatChunk(refusal="not."), finish()])
     assert message.refusal == "I cannot." and message.content == ""
     assert merge_chunks([text("ok")]).refusal is None
-
-
-def test_token_usage_is_exported_by_the_agent_package_and_is_the_messages_one() -> None:
-    from rxgraph.messages import TokenUsage as FromMessages
-
-    assert TokenUsage is FromMessages

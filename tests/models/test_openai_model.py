@@ -17,9 +17,9 @@ from reactivex.scheduler import ImmediateScheduler, NewThreadScheduler
 from reactivex.scheduler.eventloop import AsyncIOScheduler
 
 from rxgraph import MemorySaver, RunnableConfig, StreamingOutput
-from rxgraph.agent import ChatChunk, ReactAgent, TokenUsage, ToolCallDelta, ToolSpec, merge_chunks
+from rxgraph.agent import ChatChunk, ReactAgent, ToolCallDelta, ToolSpec, merge_chunks
 from rxgraph.errors import InvalidArgumentError, InvalidTypeError, ModelAPIError, RunError
-from rxgraph.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
+from rxgraph.messages import AssistantMessage, Message, TokenUsage, ToolCall, ToolMessage, UserMessage, to_openai
 from rxgraph.models.openai import OpenAIChatModel
 from rxgraph.rx._awaitable import background_loop
 from rxgraph.testing import ChatCompletionsServer, ErrorReply, Gate, Refusal, Reply, StreamedCall

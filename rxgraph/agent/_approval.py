@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import InvalidArgumentError
-from ._types import ToolCall
+from ..messages._types import ToolCall
 
 __all__ = ["ApprovalRequest", "Approve", "Edit", "Reject", "ToolDecision", "decisions_for"]
 
