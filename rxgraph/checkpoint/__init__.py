@@ -1,15 +1,13 @@
-"""Checkpoints and the savers that store them."""
+"""Checkpoints and the savers that store them.
 
-from ._base import (
-    Checkpoint,
-    CheckpointSaver,
-    CheckpointSource,
-    check_limit,
-    check_prune,
-    check_put,
-    duplicate_id,
-    select_pruned,
-)
+For people writing a saver, the contract's checks are in :mod:`rxgraph.checkpoint.contract`.
+"""
+
+import typing
+
+from .._deprecated import deprecated_names as _deprecated_names
+from . import contract
+from ._base import Checkpoint, CheckpointSaver, CheckpointSource
 from ._memory import MemorySaver
 from ._postgres import PostgresSaver, PostgresSaverStats
 from ._serde import Serde, default_serde, register
@@ -25,11 +23,19 @@ __all__ = [
     "Serde",
     "SqliteSaver",
     "SqliteSaverStats",
-    "check_limit",
-    "check_prune",
-    "check_put",
     "default_serde",
-    "duplicate_id",
     "register",
-    "select_pruned",
 ]
+
+# Old names, kept for one release: they work, with a DeprecationWarning; type checkers see only the new ones.
+if not typing.TYPE_CHECKING:
+    __getattr__ = _deprecated_names(
+        __name__,
+        {
+            "check_limit": ("rxgraph.checkpoint.contract.check_limit", lambda: contract.check_limit),
+            "check_prune": ("rxgraph.checkpoint.contract.check_prune", lambda: contract.check_prune),
+            "check_put": ("rxgraph.checkpoint.contract.check_put", lambda: contract.check_put),
+            "duplicate_id": ("rxgraph.checkpoint.contract.duplicate_id", lambda: contract.duplicate_id),
+            "select_pruned": ("rxgraph.checkpoint.contract.select_pruned", lambda: contract.select_pruned),
+        },
+    )

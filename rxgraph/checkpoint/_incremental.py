@@ -41,8 +41,9 @@ from typing import Any, Generic, Protocol, Self, TypeAlias, TypeVar
 from .._frozen import FrozenList
 from .._log import log
 from ..errors import CheckpointDecodeError, DecodeError
-from ._base import Checkpoint, CheckpointSaver, new_checkpoint, select_pruned
+from ._base import Checkpoint, CheckpointSaver, new_checkpoint
 from ._serde import Serde, json_text, parse_json_text
+from .contract import select_pruned
 
 __all__ = [
     "COLUMNS",

@@ -7,7 +7,8 @@ import threading
 from bisect import bisect_left
 from datetime import datetime
 
-from ._base import Checkpoint, CheckpointSaver, check_limit, check_prune, check_put, select_pruned
+from ._base import Checkpoint, CheckpointSaver
+from .contract import check_limit, check_prune, check_put, select_pruned
 
 __all__ = ["MemorySaver"]
 

@@ -16,10 +16,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidArgumentError, SaverClosedError
-from ._base import Checkpoint, check_limit, check_prune
+from ._base import Checkpoint
 from ._incremental import IncrementalSaver, IncrementalStats, IncrementalStore
 from ._run_locks import RunLocks
 from ._serde import Serde, default_serde
+from .contract import check_limit, check_prune
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool

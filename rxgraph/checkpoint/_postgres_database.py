@@ -25,9 +25,10 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._log import log
 from ..errors import CheckpointConflictError, InvalidTypeError, SaverClosedError, SaverTimeoutError
-from ._base import Checkpoint, check_put, duplicate_id
+from ._base import Checkpoint
 from ._incremental import COLUMNS, Plan, Ref, Retention, Row, checkpoint_row
 from ._postgres_schema import Migration, prepare
+from .contract import check_put, duplicate_id
 
 __all__ = ["GRACE", "Database", "PostgresRows", "Watchdog", "Watched", "named", "server_limits"]
 

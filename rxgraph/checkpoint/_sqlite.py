@@ -25,11 +25,12 @@ from itertools import count
 from typing import Literal
 
 from ..errors import IncompatibleDatabaseError, InvalidArgumentError, SaverClosedError, SaverTimeoutError
-from ._base import Checkpoint, check_limit, check_prune, check_put, duplicate_id
+from ._base import Checkpoint
 from ._incremental import COLUMNS, IncrementalSaver, IncrementalStats, IncrementalStore, Retention, Row, checkpoint_row
 from ._serde import Serde, default_serde
 from ._sqlite_schema import Migration, prepare
 from ._sqlite_transaction import write_transaction
+from .contract import check_limit, check_prune, check_put, duplicate_id
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
 
