@@ -10,7 +10,7 @@ from . import contract
 from ._base import Checkpoint, CheckpointSaver, CheckpointSource
 from ._memory import MemorySaver
 from ._postgres import PostgresSaver, PostgresSaverStats
-from ._serde import Serde, default_serde, register
+from ._serde import Serde, default_serde, register_model
 from ._sqlite import SqliteSaver, SqliteSaverStats
 
 __all__ = [
@@ -24,7 +24,7 @@ __all__ = [
     "SqliteSaver",
     "SqliteSaverStats",
     "default_serde",
-    "register",
+    "register_model",
 ]
 
 # Old names, kept for one release: they work, with a DeprecationWarning; type checkers see only the new ones.
@@ -32,6 +32,7 @@ if not typing.TYPE_CHECKING:
     __getattr__ = _deprecated_names(
         __name__,
         {
+            "register": ("rxgraph.checkpoint.register_model", lambda: register_model),
             "check_limit": ("rxgraph.checkpoint.contract.check_limit", lambda: contract.check_limit),
             "check_prune": ("rxgraph.checkpoint.contract.check_prune", lambda: contract.check_prune),
             "check_put": ("rxgraph.checkpoint.contract.check_put", lambda: contract.check_put),

@@ -52,12 +52,11 @@ import base64
 import dataclasses
 import json
 import math
-import re
 import threading
 import types
 import typing
 from collections import abc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -67,8 +66,9 @@ from .._frozen import MAX_DEPTH, FrozenDict, FrozenList
 from ..agent._approval import ApprovalRequest, Approve, Edit, Reject
 from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ._decoding import TreeDecoder, is_root_model, parse, unwrap_wtf8
 
-__all__ = ["Serde", "default_serde", "encode_int", "json_text", "parse_json_text", "register"]
+__all__ = ["Serde", "default_serde", "encode_int", "json_text", "parse_json_text", "register_model"]
 
 _M = TypeVar("_M", bound=type[BaseModel])
 
@@ -84,27 +84,11 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
     (Reject, "rxgraph.Reject"),
 )
 
-_NON_FINITE = frozenset({"nan", "inf", "-inf"})
 _MAPPING_TYPES = (dict, FrozenDict, MappingProxyType)
-# The keys of each tagged object (the tag first).
-_TAG_KEYS: dict[str, tuple[str, ...]] = {
-    "$type": ("$type", "data"),
-    "$model": ("$model", "data", "values"),
-    "$tuple": ("$tuple",),
-    "$set": ("$set",),
-    "$bytes": ("$bytes",),
-    "$float": ("$float",),
-    "$int": ("$int",),
-    "$wtf8": ("$wtf8",),
-    "$frozen": ("$frozen",),
-    "$dict": ("$dict",),
-}
-_PLAIN_TAGS = frozenset({"$frozen", "$dict"})  # written only inside a model's field
 # Python refuses to turn an int of more than 4,300 decimal digits into text or back (sys.set_int_max_str_digits,
 # whose default this is), which json.dumps and json.loads do: such ints are tagged and written in hexadecimal, which
 # the limit does not cover. The bound is the default, not the current setting, so that any process reads the text.
 _BIG_INT = 10**4300
-_HEX_INT = re.compile(r"-?[0-9a-f]+")
 # What a model's typed field can hold that its JSON dump cannot carry: (what it is, why and what to do).
 _UNJSONABLE = {
     "float": (
@@ -135,15 +119,18 @@ class Serde:
     """JSON encoding of state values with an explicit registry of pydantic models.
 
     A new ``Serde`` knows the rxgraph message types (and ``ToolCall``, and the tool approval's request and
-    decisions). Register your own models with
-    :meth:`register`; frozen models are strongly recommended, because savers share stored values between
-    checkpoints instead of copying them. Thread-safe.
+    decisions). Register your own models with :meth:`register`; frozen models are strongly recommended, because
+    savers share stored values between checkpoints instead of copying them. Thread-safe.
+
+    Reading back is a :class:`~rxgraph.checkpoint._decoding.TreeDecoder`'s work: the serde keeps one for its
+    registered models, and makes a new one when a model is registered.
     """
 
     def __init__(self, models: Iterable[type[BaseModel]] = ()) -> None:
         self._lock = threading.Lock()
         self._by_name: dict[str, type[BaseModel]] = {}
         self._by_type: dict[type[BaseModel], str] = {}
+        self._decoder = TreeDecoder(self._by_name)
         # Per registered class, its fields whose type leaves the value open (see _open_fields); filled when first
         # needed (a class's annotations may only resolve once the module that defines it has finished loading).
         self._open_fields: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {}
@@ -200,6 +187,7 @@ class Serde:
             by_type = dict(self._by_type)
             by_type[model_cls] = name
             self._by_name, self._by_type = by_name, by_type
+            self._decoder = TreeDecoder(by_name)
         return model_cls
 
     @property
@@ -268,7 +256,7 @@ class Serde:
             pydantic.ValidationError: a registered model's stored data no longer validates against the class (it
                 changed since the data was written); left as pydantic raised it, so its details stay readable.
         """
-        return self._decode(_parse(text))
+        return self._decoder.decode(parse(text))
 
     def loads_many(self, texts: Iterable[str]) -> list[Any]:
         """Decode several texts written by :meth:`dumps` at once (one JSON parse for all of them).
@@ -284,11 +272,11 @@ class Serde:
             pydantic.ValidationError: a registered model's stored data no longer validates (see :meth:`loads`).
         """
         texts = list(texts)
-        parsed = _parse("[" + ",".join(texts) + "]")
+        parsed = parse("[" + ",".join(texts) + "]")
         if len(parsed) != len(texts):
             # A damaged text can hold a comma (or brackets) and shift every value after it.
             raise DecodeError(f"expected {len(texts)} encoded values, the texts hold {len(parsed)}")
-        decode = self._decode
+        decode = self._decoder.decode
         return [decode(obj) for obj in parsed]
 
     # -- trees ---------------------------------------------------------------------------------------------------
@@ -398,7 +386,7 @@ class Serde:
             # A root model's root is its whole value, which is then in `values`.
             data = (
                 None
-                if _is_root_model(type(model))
+                if is_root_model(type(model))
                 else model.model_dump(mode="json", by_alias=True, round_trip=True, exclude=encoded)
             )
         except Exception as error:  # pydantic's serialisation errors do not share a useful base class
@@ -434,116 +422,13 @@ class Serde:
         if isinstance(value, BaseModel):
             return (
                 f"the pydantic model {_qualname(kind)} is not registered; register it with "
-                f"rxgraph.checkpoint.register({kind.__name__}) (or on the Serde given to the saver)"
+                f"rxgraph.checkpoint.register_model({kind.__name__}) (or on the Serde given to the saver)"
             )
         return (
             f"a value of type {_qualname(kind)} cannot be stored; state values must be None, bool, int, float, "
             "str, bytes, lists, tuples, sets, str-keyed dicts, or registered pydantic models: convert it, or wrap "
-            "it in a pydantic model and register that with rxgraph.checkpoint.register(...)"
+            "it in a pydantic model and register that with rxgraph.checkpoint.register_model(...)"
         )
-
-    def _decode(self, obj: Any) -> Any:
-        kind = type(obj)
-        if kind is list:
-            decode = self._decode
-            return FrozenList([decode(item) for item in obj])
-        if kind is not dict:
-            return obj
-        tag = _tag_of(obj)
-        if tag is None:
-            decode = self._decode
-            return FrozenDict({(k[1:] if k.startswith("$") else k): decode(v) for k, v in obj.items()})
-        if tag in _PLAIN_TAGS:
-            raise DecodeError(f"a {tag} tag is only written inside a model's field: an object with keys {sorted(obj)}")
-        return self._decode_tagged(tag, obj)
-
-    def _decode_plain(self, obj: Any) -> Any:
-        """A tree :meth:`_encode` wrote with ``plain`` (a model's field): arrays are lists, objects dicts."""
-        kind = type(obj)
-        if kind is list:
-            decode = self._decode_plain
-            return [decode(item) for item in obj]
-        if kind is not dict:
-            return obj
-        tag = _tag_of(obj)
-        if tag is None:
-            decode = self._decode_plain
-            return {(k[1:] if k.startswith("$") else k): decode(v) for k, v in obj.items()}
-        if tag not in _PLAIN_TAGS and tag != "$set" and tag != "$tuple":
-            return self._decode_tagged(tag, obj)  # models, bytes, floats and big ints read the same everywhere
-        if len(obj) != 1:
-            raise DecodeError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
-        body = obj[tag]
-        decode = self._decode_plain
-        if tag == "$tuple":
-            return tuple([decode(item) for item in _expect_list(body, tag)])
-        if tag == "$set":
-            return _hashed(set, [decode(item) for item in _expect_list(body, tag)], tag)
-        if tag == "$dict":
-            pairs = [decode(pair) for pair in _expect_list(body, tag)]
-            if not all(type(pair) is list and len(pair) == 2 for pair in pairs):
-                raise DecodeError("a $dict tag must hold [key, value] pairs")
-            return _hashed(dict, pairs, tag)
-        inner = decode(body)  # $frozen: the mutable container, frozen
-        if type(inner) is list:
-            return FrozenList(inner)
-        if type(inner) is dict:
-            return FrozenDict(inner)
-        if type(inner) is set:
-            return frozenset(inner)
-        raise DecodeError("a $frozen tag must hold an array, an object, a $dict or a $set")
-
-    def _decode_model(self, model_cls: type[BaseModel], obj: dict[str, Any]) -> BaseModel:
-        """A ``$model``: pydantic's JSON for the fields it carries exactly, the serde's encoding for the others."""
-        data, values = obj["data"], obj["values"]
-        if type(values) is not dict or not (type(data) is dict or (data is None and _is_root_model(model_cls))):
-            raise DecodeError("a $model tag must hold a data object (null for a root model) and a values object")
-        decode = self._decode_plain
-        if data is None:
-            if list(values) != ["root"]:
-                raise DecodeError("a root model's $model tag must hold its value as values.root")
-            return model_cls.model_validate(decode(values["root"]), strict=False)
-        merged = dict(data)
-        for key, tree in values.items():
-            merged[key] = decode(tree)
-        return model_cls.model_validate(merged, strict=False)
-
-    def _decode_tagged(self, tag: str, obj: dict[str, Any]) -> Any:
-        keys = _TAG_KEYS.get(tag)
-        if keys is None or len(obj) != len(keys) or not all(key in obj for key in keys):
-            raise DecodeError(f"not an rxgraph value encoding: an object with keys {sorted(obj)}")
-        body = obj[tag]
-        if tag == "$type" or tag == "$model":
-            model_cls = self._by_name.get(body) if type(body) is str else None
-            if model_cls is None:
-                raise DecodeError(
-                    f"the stored value is a {body!r}, which is not registered in this process; register the model "
-                    "under that name before reading it"
-                )
-            if tag == "$model":
-                return self._decode_model(model_cls, obj)
-            # Lax: the data is pydantic's JSON-mode dump (lists for tuples, strings for datetimes), which a strict
-            # model would refuse in Python mode.
-            return model_cls.model_validate(obj["data"], strict=False)
-        if tag == "$tuple":
-            decode = self._decode
-            return tuple([decode(item) for item in _expect_list(body, tag)])
-        if tag == "$set":
-            decode = self._decode
-            return frozenset([decode(item) for item in _expect_list(body, tag)])
-        if tag == "$bytes":
-            return _b64decode(body, tag)
-        if tag == "$int":
-            if type(body) is not str or not _HEX_INT.fullmatch(body):
-                raise DecodeError(f"a $int tag must hold an int in hexadecimal digits, got {body!r}")
-            return int(body, 16)
-        if tag == "$wtf8":
-            return self._decode(_unwrap_wtf8(body))
-        if body not in _NON_FINITE:
-            raise DecodeError(f"a $float tag must be one of {sorted(_NON_FINITE)}, got {body!r}")
-        # A new object each time: distinct nan objects are distinct members of a set (nan != nan), one shared nan
-        # would make a set of them collapse.
-        return float(body)
 
 
 def json_text(obj: Any) -> str:
@@ -568,15 +453,15 @@ def parse_json_text(text: str | bytes) -> Any:
     Raises:
         DecodeError: ``text`` is not JSON, or its wrapper is damaged.
     """
-    obj = _parse(text)
+    obj = parse(text)
     if type(obj) is dict and len(obj) == 1 and type(obj.get("$wtf8")) is str:
-        return _unwrap_wtf8(obj["$wtf8"])
+        return unwrap_wtf8(obj["$wtf8"])
     return obj
 
 
 def _utf8_safe(text: str) -> str:
     """JSON ``text`` as it is when UTF-8 can encode it (the common case, checked cheaply), else wrapped in a
-    ``{"$wtf8": "<base64>"}`` object that decodes to exactly ``text`` (see :func:`_unwrap_wtf8`)."""
+    ``{"$wtf8": "<base64>"}`` object that decodes to exactly ``text`` (see ``unwrap_wtf8`` in ``_decoding``)."""
     if text.isascii():
         return text
     try:
@@ -588,41 +473,6 @@ def _utf8_safe(text: str) -> str:
 
 def _wrap_wtf8(text: str) -> str:
     return '{"$wtf8":"' + base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii") + '"}'
-
-
-def _unwrap_wtf8(body: Any) -> Any:
-    """The JSON text a ``$wtf8`` tag holds, parsed (not decoded into values)."""
-    raw = _b64decode(body, "$wtf8")
-    try:
-        text = raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as error:
-        raise DecodeError(f"a $wtf8 tag must hold UTF-8 (surrogates allowed): {error}") from error
-    return _parse(text)
-
-
-def _parse(text: str | bytes) -> Any:
-    """``json.loads``, raising ``DecodeError`` for text that is not JSON."""
-    try:
-        return json.loads(text)
-    except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
-        raise DecodeError(f"not an rxgraph value encoding: {error}") from error
-    except RecursionError:  # nothing dumps writes nests this deeply (MAX_DEPTH): damaged, or not ours
-        raise DecodeError("not an rxgraph value encoding: it nests too deeply") from None
-
-
-def _b64decode(body: Any, tag: str) -> bytes:
-    if type(body) is not str:
-        raise DecodeError(f"a {tag} tag must hold a base64 string")
-    try:
-        return base64.b64decode(body, validate=True)
-    except ValueError as error:  # binascii.Error
-        raise DecodeError(f"a {tag} tag must hold a base64 string: {error}") from error
-
-
-def _expect_list(body: Any, tag: str) -> list[Any]:
-    if type(body) is not list:
-        raise DecodeError(f"a {tag} tag must hold an array")
-    return body
 
 
 def _qualname(kind: type) -> str:
@@ -678,14 +528,6 @@ def _deeper(value: Any, depth: int) -> int:
             "keep it as text (a JSON string, say)",
         )
     return depth + 1
-
-
-def _tag_of(obj: dict[str, Any]) -> str | None:
-    """The tag of an encoded object: its key that starts with exactly one ``$`` (user keys get one more)."""
-    for k in obj:
-        if k.startswith("$") and not k.startswith("$$"):
-            return k
-    return None
 
 
 def _int_hex(value: int) -> str:
@@ -828,23 +670,11 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _is_root_model(model_cls: type[BaseModel]) -> bool:
-    return bool(getattr(model_cls, "__pydantic_root_model__", False))
-
-
-def _hashed(build: Callable[[Any], Any], items: Any, tag: str) -> Any:
-    """``build(items)`` (a set or a dict), raising ``DecodeError`` when an item that must be hashable is not."""
-    try:
-        return build(items)
-    except TypeError as error:
-        raise DecodeError(f"a {tag} tag holds an item that cannot be a set member or a key: {error}") from error
-
-
 default_serde = Serde()
 """The registry savers use when they are not given one. Register your models here (or build your own ``Serde``)."""
 
 
-def register(model_cls: _M, name: str | None = None) -> _M:
+def register_model(model_cls: _M, name: str | None = None) -> _M:
     """Register ``model_cls`` with :data:`default_serde`, which savers use unless given a ``Serde``; usable as a
     decorator.
 

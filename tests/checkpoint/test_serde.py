@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import rxgraph
 from rxgraph import FrozenDict, FrozenList
-from rxgraph.checkpoint import Serde, default_serde, register
+from rxgraph.checkpoint import Serde, default_serde, register_model
 from rxgraph.checkpoint._serde import json_text, parse_json_text
 from rxgraph.errors import DecodeError, InvalidArgumentError, InvalidTypeError, RxGraphError, SerializationError
 from rxgraph.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
@@ -197,7 +197,7 @@ def test_the_module_level_registry_serves_every_saver_by_default() -> None:
         n: int
 
     name = "tests.checkpoint.Ping"
-    assert register(Ping, name) is Ping
+    assert register_model(Ping, name) is Ping
     assert default_serde.registered[name] is Ping
     assert default_serde.loads(default_serde.dumps(Ping(n=1))) == Ping(n=1)
 

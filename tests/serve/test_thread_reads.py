@@ -14,11 +14,11 @@ from starlette.types import ASGIApp
 
 from rxgraph import END, START, CheckpointSaver, StateGraph
 from rxgraph._frozen import MAX_DEPTH
-from rxgraph.checkpoint import register
+from rxgraph.checkpoint import register_model
 from rxgraph.serve import create_app
 
 
-@register
+@register_model
 class Attachment(BaseModel):
     """Registered with the savers' default registry (under a name of this module's own)."""
 
