@@ -1,11 +1,22 @@
-"""Checkpoints in PostgreSQL, shared by every process that connects to the database: ``PostgresSaver`` (install the
-``postgres`` extra: psycopg 3 and psycopg_pool).
+"""Deprecated: import ``PostgresSaver`` and ``PostgresSaverStats`` from :mod:`rxgraph.checkpoint`.
 
-The same names are in :mod:`rxgraph.checkpoint`; importing either does not import psycopg, which is loaded when a
-saver is opened. See ``PostgresSaver`` for the storage, the compare-and-set and the run exclusivity across
-processes.
+Their names here still work, with a ``DeprecationWarning``, until the next release.
 """
 
-from ._postgres import PostgresSaver, PostgresSaverStats
+import typing
 
-__all__ = ["PostgresSaver", "PostgresSaverStats"]
+from .._deprecated import deprecated_names as _deprecated_names
+from ._postgres import PostgresSaver as _PostgresSaver
+from ._postgres import PostgresSaverStats as _PostgresSaverStats
+
+__all__: list[str] = []
+
+# Old names, kept for one release: they work, with a DeprecationWarning; type checkers see only the new ones.
+if not typing.TYPE_CHECKING:
+    __getattr__ = _deprecated_names(
+        __name__,
+        {
+            "PostgresSaver": ("rxgraph.checkpoint.PostgresSaver", lambda: _PostgresSaver),
+            "PostgresSaverStats": ("rxgraph.checkpoint.PostgresSaverStats", lambda: _PostgresSaverStats),
+        },
+    )
