@@ -308,7 +308,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
-        current: list[tuple[tuple[Task, ...], Waiting]] = [((), {})]  # the superstep running, for a failure
+        current: list[tuple[tuple[Task, ...], Waiting]] = [((), {})]  # the superstep to run, for a failure
         info = RunInfo(
             thread_id=config.thread_id, run_id=writer.run_id, context=config.context, loop_of=background_loop
         )
@@ -345,11 +345,12 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def steps(tasks: tuple[Task, ...], state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             if not tasks:
                 return rx.empty()
+            # What a failure from here on records: the superstep that did not land, so a resume runs it (whole).
+            current[0] = (tasks, waiting)
             if count >= run_config.recursion_limit:
                 limit = run_config.recursion_limit
                 name = name_of(tasks[0])
                 return rx.throw(GraphRecursionError(f"reached {limit=}", limit=limit, next_node=name))
-            current[0] = (tasks, waiting)
             if len(tasks) == 1 and not isinstance(tasks[0], Send):
                 return rx.defer(lambda _: step(tasks[0], state, count + 1, waiting))  # type: ignore[arg-type]
             return rx.defer(lambda _: superstep(tasks, state, count + 1, waiting))
