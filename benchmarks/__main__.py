@@ -28,7 +28,7 @@ from ._common import FULL, QUICK, BenchResult, Figure, Sizes, langgraph_installe
 
 _ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = _ROOT / "benchmarks" / "results.json"
-# A quick or partial run must not replace the record of a full one (the README quotes results.json).
+# A quick or partial run must not replace the record of a full one (docs/benchmarks.md quotes results.json).
 PARTIAL_OUTPUT = _ROOT / "benchmarks" / "results-partial.json"
 
 _PACKAGES = (

@@ -1,5 +1,5 @@
 """Key strategies and reducer functions: what APPEND, MERGE and a reducer make of each kind of update, as documented on
-``KeyStrategy`` and in the README's "Reducers"."""
+``KeyStrategy`` and in the workflows guide's "Reducers" (docs/guides/workflows.md)."""
 
 from __future__ import annotations
 
