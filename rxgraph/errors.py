@@ -369,9 +369,9 @@ class CheckpointDecodeError(CheckpointError):
 class SerializationError(CheckpointError, TypeError):
     """A state value cannot be stored: its type is not one a saver can write back exactly.
 
-    Register pydantic models with the saver's serde (``rxgraph.checkpoint.register(MyModel)``); other types have to
-    be converted to supported ones (or wrapped in a registered model) before they go into the state. ``key`` is the
-    state key, ``value_type`` the type that could not be stored.
+    Register pydantic models with the saver's serde (``rxgraph.checkpoint.register_model(MyModel)``); other types
+    have to be converted to supported ones (or wrapped in a registered model) before they go into the state. ``key``
+    is the state key, ``value_type`` the type that could not be stored.
     """
 
     def __init__(self, message: str, *, key: str | None = None, value_type: type | None = None) -> None:

@@ -11,7 +11,7 @@ from reactivex import Observable
 from ..errors import InvalidTypeError, MessageFormatError
 from ..messages._types import AssistantMessage, Message, TokenUsage, ToolCall
 
-__all__ = ["ChatChunk", "ChatModel", "TokenUsage", "ToolCallDelta", "ToolSpec", "merge_chunks"]
+__all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
 
 
 class ToolCallDelta(BaseModel):

@@ -14,7 +14,7 @@ Subclass it in a pytest test module; pytest collects every check as a test of yo
 Optional capabilities are detected, not assumed: the checks that need a second saver on the same storage run
 when ``reopen`` gives another instance, the check of a closed saver runs when the saver has a ``close`` method, and
 the retention checks when it overrides ``prune`` and ``delete_thread``; otherwise they are skipped. A saver raises
-the contract's errors (with the messages the suite expects) by calling ``rxgraph.checkpoint.check_put``,
+the contract's errors (with the messages the suite expects) by calling ``rxgraph.checkpoint.contract.check_put``,
 ``check_limit`` and ``check_prune`` under its own lock; ``select_pruned`` says which checkpoints a prune drops.
 To make a saver from other fixtures (a database server, say), store them on ``self`` in an autouse fixture of your
 class: ``make_saver`` is only called inside each test. Needs pytest, which is imported only when a check runs.
