@@ -300,3 +300,19 @@ def test_the_error_tree_in_the_docstring_matches_the_classes() -> None:
             if issubclass(base, RxGraphError) and base is not RxGraphError:
                 # drawn below its parent: the parent's name appears before it
                 assert drawn.index(base.__name__) < drawn.index(name), f"{name} is not drawn under {base.__name__}"
+
+
+MAX_CLASS_LINES = 400
+
+
+def test_no_class_is_over_the_size_limit() -> None:
+    """A class from its ``class`` line to its last line, docstrings included: one that grows past this limit holds
+    more than one idea and is split along its seams (as the run is: ``_run``, ``_steps``, ``_run_end``, ...)."""
+    big = [
+        f"{module}:{node.lineno}: class {node.name} has {node.end_lineno - node.lineno + 1} lines"
+        for module in MODULES
+        for node in ast.walk(_tree(module))
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert not big, f"classes over {MAX_CLASS_LINES} lines:\n" + "\n".join(big)
