@@ -295,7 +295,7 @@ class Run:
             try:
                 kind, result = self.open_step(node, state_view, 0)
             except Exception as error:
-                self.end.fail(error)
+                self.end.node_failed(error, 0, node.name)
                 return
             if kind is UPDATE:
                 # The zero-chunk case of the same step: straight to the tail.

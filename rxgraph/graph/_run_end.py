@@ -49,8 +49,6 @@ from .._log import log
 from ..errors import CheckpointConflictError, NodeInterrupt, RunInterruptedError
 from ..rx import SignalType
 from ._admission import Admission
-from ._constants import START
-from ._edges import task_node
 from ._interrupt import PendingInterrupt
 from ._outputs import InterruptOutput, RunOutput
 from ._run_info import RunInfo
@@ -202,13 +200,17 @@ class RunEnd:
             run.on_final_state(MappingProxyType(run.at.state))
         run.observer.on_completed()
 
+    def node_failed(self, error: Exception, index: int, node: str) -> None:
+        """Task ``index`` (node ``node``) raised ``error`` (or its stream failed with it): the one way a node's error
+        reaches the end — a ``NodeInterrupt`` stops the run for a human, anything else fails it."""
+        if isinstance(error, NodeInterrupt):
+            self.stop_for_human(error, index, node)
+        else:
+            self.fail(error)
+
     def fail(self, error: Exception) -> None:
         """A node, the tail or the base read failed: end the run with ``error``, after the error policy's cleanup."""
         run = self.run
-        if isinstance(error, NodeInterrupt):
-            tasks = run.at.tasks
-            self.stop_for_human(error, 0, task_node(tasks[0]) if tasks else START)
-            return
         run.closed = True
         if not self.claim():
             return

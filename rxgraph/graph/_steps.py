@@ -19,7 +19,6 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, SerialDisposable
 
 from .._frozen import freeze
-from ..errors import NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ..rx._subscribe import subscribe_source
 from ._edges import Task, task_node
@@ -51,7 +50,7 @@ SUBSCRIBING, COMPLETED_WHILE_SUBSCRIBING, WAITING = 0, 1, 2
 class _Ends(Protocol):
     def fail(self, error: Exception) -> None: ...
 
-    def stop_for_human(self, error: NodeInterrupt, index: int, node: str) -> None: ...
+    def node_failed(self, error: Exception, index: int, node: str) -> None: ...
 
     def subscriber_failed(self, error: Exception) -> None: ...
 
@@ -166,10 +165,7 @@ class Step:
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
             self.stopped = True
-            if isinstance(error, NodeInterrupt):
-                self.run.end.stop_for_human(error, self.index, self._name)
-            else:
-                self.run.end.fail(error)
+            self.run.end.node_failed(error, self.index, self._name)
 
     def on_completed(self) -> None:
         if not self.stopped:
