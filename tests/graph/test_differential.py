@@ -460,12 +460,12 @@ def _at_least(compared: Compared, **minimum: int) -> None:
 
 
 def test_the_runner_matches_the_reference_in_virtual_time() -> None:
-    compared = _compare_generated("virtual", 100)
-    _at_least(compared, cases=600, parallel=300, sends_kept=100, joins_kept=150)
+    compared = _compare_generated("virtual", 80)
+    _at_least(compared, cases=550, parallel=350, sends_kept=150, joins_kept=150)
 
 
 def test_the_runner_matches_the_reference_on_synchronous_graphs() -> None:
-    compared = _compare_generated("sync", 100)
+    compared = _compare_generated("sync", 90)
     _at_least(compared, cases=550, parallel=250, sends_kept=100, joins_kept=50)
 
 
