@@ -53,7 +53,7 @@ class GraphSpec:
         view = MappingProxyType(state) if not isinstance(state, MappingProxyType) else state
         if len(finished) == 1 and not self._joined:
             ways = self.branches.get(finished[0], ())
-            if len(ways) == 1:  # the common case: one way out of one node
+            if len(ways) == 1 and ways[0].target is not None:  # the common case: one edge out of one node
                 return ways[0].next_tasks(view, nodes), progress
         tasks: list[Task] = []
         seen: set[str] = set()

@@ -152,3 +152,17 @@ def test_a_resume_is_refused_without_a_saver_a_checkpoint_or_an_interrupt_for_a_
     with pytest.raises(InvalidArgumentError, match="no pending interrupt"):
         check_resumable(base, has_saver=True, thread_id="t", command=True)
     assert check_resumable(base, has_saver=True, thread_id="t", command=False) is base
+
+
+@pytest.mark.parametrize("with_join", [False, True], ids=["no-join", "join"])
+def test_a_node_named_twice_by_a_route_runs_once(with_join: bool) -> None:
+    graph = StateGraph()
+    for name in "abcd" if with_join else "ab":
+        graph.add_node(name, lambda s: None)
+    graph.add_edge(START, "a").add_conditional_edges("a", lambda s: ["b", "b", Send("b", 1), Send("b", 1)])
+    if with_join:  # the graph has a join: advance takes its general path
+        graph.add_edge(START, "c").add_edge(["b", "c"], "d").add_edge("d", END)
+    else:
+        graph.add_edge("b", END)
+    at = after_superstep(spec_of(graph.compile()), Position({}, ("a",)), [("a", [None])])
+    assert at.tasks == ("b", Send("b", 1), Send("b", 1))  # every Send is a task of its own
