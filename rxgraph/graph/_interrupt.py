@@ -1,17 +1,16 @@
-"""Human in the loop: ``interrupt(value)`` in a node, ``Command(resume=...)`` to go on, and the pending work a
-checkpoint keeps for it (the interrupt, ``Send`` payloads, join progress)."""
+"""Human in the loop: ``interrupt(value)`` in a node, ``Command(resume=...)`` to go on, and the ``PendingInterrupt`` a
+checkpoint keeps for it (the rest of a checkpoint's pending work is ``_transition.Position``'s)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._frozen import freeze
 from ..errors import InterruptSwallowedError, InvalidArgumentError, NodeInterrupt
-from ._edges import JoinProgress, Send, Task, task_node
 
 __all__ = [
     "NO_CALL",
@@ -24,11 +23,8 @@ __all__ = [
     "in_node_call",
     "interrupt",
     "leave_scope",
-    "names_of",
-    "pending_of",
     "returned",
     "scoped",
-    "tasks_of",
 ]
 
 InterruptWhen = Literal["before", "after", "inside"]
@@ -209,36 +205,3 @@ def current_call() -> CallScope:
     """The scope of the node call running now (for a node whose attempts run later, each in a scope of its own)."""
     scope = _scope.get()
     return scope.call if scope is not None else NO_CALL
-
-
-def pending_of(tasks: Sequence[Task], joins: JoinProgress, interrupt: PendingInterrupt | None) -> dict[str, Any] | None:
-    """What a checkpoint keeps beyond ``next``: the payloads of ``Send`` tasks (by their index in ``next``), the
-    joins that are waiting, the pending interrupt. None when there is nothing."""
-    pending: dict[str, Any] = {}
-    sends = [[index, task.arg] for index, task in enumerate(tasks) if type(task) is Send]
-    if sends:
-        pending["send"] = sends
-    if joins:
-        pending["joins"] = {str(index): sorted(sources) for index, sources in joins.items()}
-    if interrupt is not None:
-        pending["interrupt"] = interrupt.to_pending()
-    return pending or None
-
-
-def tasks_of(
-    next_nodes: Sequence[str], pending: Mapping[str, Any] | None
-) -> tuple[tuple[Task, ...], JoinProgress, PendingInterrupt | None]:
-    """The tasks, join progress and interrupt a checkpoint's ``next`` and ``pending`` describe."""
-    if not pending:
-        return tuple(next_nodes), {}, None
-    tasks: list[Task] = list(next_nodes)
-    for index, arg in pending.get("send", ()):
-        tasks[index] = Send(next_nodes[index], arg)
-    joins = {int(index): frozenset(sources) for index, sources in pending.get("joins", {}).items()}
-    stored = pending.get("interrupt")
-    return tuple(tasks), joins, PendingInterrupt.from_pending(stored) if stored is not None else None
-
-
-def names_of(tasks: Sequence[Task]) -> tuple[str, ...]:
-    """A checkpoint's ``next`` for these tasks: the node of each (a ``Send``'s too), in order."""
-    return tuple(task_node(task) for task in tasks)
