@@ -199,7 +199,7 @@ class Run:
         """Read the base (now, at start time) and take up its position: merge the input and route from START, or —
         resuming (no input, or a ``Command``) — the base checkpoint's pending superstep."""
         spec, writer, config = self.spec, self.writer, self.config
-        base = None
+        choice = None
         if writer.saver is not None and writer.thread_id is not None:
             head = writer.saver.get(writer.thread_id)
             if head is not None and rewinds_dead_runs(spec.policy) and is_unfinished(head):
@@ -217,16 +217,17 @@ class Run:
                 on_unsafe_head=spec.policy.on_unsafe_head,
                 head=head,
             )
-            if self.input is None:  # refused before the run starts: nothing is written
-                command = self.resume is not None
-                check_resumable(choice.base, has_saver=True, thread_id=writer.thread_id, command=command)
-            writer.start(choice)
-            base = choice.base
-        if self.input is None:
-            base = check_resumable(
-                base, has_saver=writer.saver is not None, thread_id=writer.thread_id, command=self.resume is not None
+        base = choice.base if choice is not None else None
+        resumed = None
+        if self.input is None:  # refused before the writer starts: nothing is written or recorded
+            command = self.resume
+            resuming = check_resumable(
+                base, has_saver=writer.saver is not None, thread_id=writer.thread_id, command=command is not None
             )
-            resumed = after_resume(spec, base, self.resume.resume if self.resume is not None else None)
+            resumed = after_resume(spec, resuming, command.resume if command is not None else None)
+        if choice is not None:
+            writer.start(choice)
+        if resumed is not None:
             self.at, self.answering = resumed.at, resumed.answering
             if resumed.record is not None:
                 node, source = resumed.record
