@@ -192,7 +192,9 @@ def scoped(result: Any, call: CallScope, node: str) -> Any:
     """
     if inspect.iscoroutine(result):
         return _in_scope(result, call, node)
-    returned(node)
+    scope = _scope.get()  # returned(node), inlined: this runs for every node call
+    if scope is not None and scope.asked:
+        returned(node)
     return result
 
 

@@ -21,9 +21,9 @@ The run (``_run.py``) decides *when* to move and writes what these functions ret
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._frozen import freeze
 from ..checkpoint._base import Checkpoint, CheckpointSource
@@ -51,9 +51,10 @@ Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | None]]]
 """What a superstep's tasks returned: ``(node, its updates)`` per task, in task order."""
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
+class Position(NamedTuple):
     """Where a run stands between two supersteps (and, while a superstep runs, the position it started from).
+
+    Immutable (a run moves by taking a new one); a named tuple, as one is made for every superstep.
 
     Attributes:
         state: the state's values.
@@ -66,9 +67,9 @@ class Position:
 
     state: Mapping[str, Any]
     tasks: tuple[Task, ...] = ()
-    joins: JoinProgress = field(default_factory=lambda: _NO_JOINS)
+    joins: JoinProgress = _NO_JOINS
     stop: PendingInterrupt | None = None
-    progress: Mapping[int, Mapping[str, Any]] = field(default_factory=lambda: _NO_PROGRESS)
+    progress: Mapping[int, Mapping[str, Any]] = _NO_PROGRESS
 
     @property
     def next_nodes(self) -> tuple[str, ...]:
@@ -92,11 +93,11 @@ class Position:
 
     def with_progress(self, index: int, inner: Mapping[str, Any]) -> Position:
         """This position, with task ``index`` (a subgraph) having reached the inner state ``inner``."""
-        return replace(self, progress=MappingProxyType({**self.progress, index: inner}))
+        return self._replace(progress=MappingProxyType({**self.progress, index: inner}))
 
     def stopped_at(self, stop: PendingInterrupt) -> Position:
         """This position, stopped by ``stop`` (its superstep runs again, whole, when the thread is resumed)."""
-        return replace(self, stop=stop)
+        return self._replace(stop=stop)
 
 
 def check_resumable(base: Checkpoint | None, *, has_saver: bool, thread_id: str | None, command: bool) -> Checkpoint:
@@ -182,7 +183,7 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
         state = schema.merge_superstep(at.state, finished)
         nodes = tuple(dict.fromkeys(name for name, _ in finished))
     tasks, joins = spec.advance(nodes, state, at.joins)
-    return Position(state, tasks, joins, _stop_after(spec, nodes, tasks))
+    return Position(state, tasks, joins, _stop_after(spec, nodes, tasks), _NO_PROGRESS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +210,15 @@ def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resum
     waiting = at.stop
     if waiting is None:
         return Resumed(at)
-    at = replace(at, stop=None)
+    at = at._replace(stop=None)
     if waiting.when == "inside":
         return Resumed(at, answering=replace(waiting, resumes=(*waiting.resumes, freeze(answer))))
     if waiting.when == "after":
         stop = _stop_before(spec, at.tasks)
         if stop is not None:  # the next superstep has a stop before it too: the run stops there
-            return Resumed(replace(at, stop=stop), record=(None, "interrupt"))
+            return Resumed(at._replace(stop=stop), record=(None, "interrupt"))
         if not at.tasks:  # it stopped after the last node: answered, the run is over, and the thread says so
-            return Resumed(replace(at, progress=_NO_PROGRESS), record=(waiting.node, "loop"))
+            return Resumed(at._replace(progress=_NO_PROGRESS), record=(waiting.node, "loop"))
     return Resumed(at)
 
 
@@ -235,7 +236,7 @@ def after_update(
     at = position_of(base)
     state = spec.schema.merge(at.state, values, origin="update_state")
     if as_node is None:
-        return replace(at, state=state)
+        return at._replace(state=state)
     tasks, joins = spec.advance((as_node,), state, at.joins)
     return Position(state, tasks, joins)
 

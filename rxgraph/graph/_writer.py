@@ -90,6 +90,8 @@ class ThreadWriter:
     def commit_position(self, at: Position, *, node: str | None, source: CheckpointSource) -> Checkpoint | None:
         """Write the position ``at`` (see ``_transition``) as the thread's new head: its state, and its next
         superstep and pending work as the checkpoint's ``next`` and ``pending``. See ``commit``."""
+        if self.saver is None or self.cancelled:
+            return None  # (checked again by commit; here it spares a run without a saver the position's encoding)
         return self.commit(at.state, node=node, next_nodes=at.next_nodes, source=source, pending=at.pending())
 
     def commit(
