@@ -288,13 +288,13 @@ def test_the_react_agent_graph_draws() -> None:
     ]
 
 
-def test_the_readme_shows_what_its_example_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Drawing a graph") :]
+def test_the_workflows_guide_shows_what_its_drawing_example_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "workflows.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## Drawing a graph") :]
     example = re.search(r"```python\n(.*?)```", section, re.S)
     shown = re.search(r"```mermaid\n(.*?)```", section, re.S)
     assert example is not None and shown is not None
-    exec(compile(example[1], "README.md, Drawing a graph", "exec"), {"__name__": "readme_drawing"})
+    exec(compile(example[1], "docs/guides/workflows.md, Drawing a graph", "exec"), {"__name__": "guide_drawing"})
     assert capsys.readouterr().out == shown[1]
     read_chart(shown[1].rstrip("\n"))
 
