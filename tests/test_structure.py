@@ -26,6 +26,7 @@ IMPORTABLE = sorted(m for m in MODULES if not m.endswith("__main__"))  # importi
 FOREIGN_PRIVATE_NAMES = {
     ("rxgraph.rx._subscribe", "_subscribe_core"): "reactivex's subscribe hook (tests/rx/test_reactivex_contract.py)",
     ("rxgraph.rx._awaitable", "_loop"): "the loop of reactivex's AsyncIO schedulers (test_reactivex_contract.py)",
+    ("rxgraph.graph._transition", "_replace"): "a NamedTuple's documented copy-with-changes method (Position)",
 }
 # A module may use another module's private names only where that module says so, and why.
 FRIENDS = {
