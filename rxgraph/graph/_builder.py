@@ -54,7 +54,7 @@ class StateGraph:
         *,
         reduce: Reducer | None = None,
         scheduler: abc.SchedulerBase | None = None,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         timeout: float | timedelta | None = None,
     ) -> Self:
         """Add a node.
@@ -90,7 +90,8 @@ class StateGraph:
                 ``StreamingOutput(node, state, chunk=NodeRetry(attempt, error, delay))`` and should discard what
                 the node streamed before it — then waits ``delay`` seconds on the run's scheduler. Only the chunks
                 after the last ``NodeRetry`` make the update (``reduce`` never sees a ``NodeRetry``). The last
-                error, or one ``retry_on`` does not retry, fails the run.
+                error, or one ``retry_on`` does not retry, fails the run. A list of policies: the first whose
+                ``retry_on`` takes the error decides (see ``RetryPolicy``).
             timeout: seconds (or a ``timedelta``) each attempt may take, from its start to its update or its
                 stream's end; an attempt still running then is disposed and fails with ``NodeTimeoutError``, which
                 the default ``RetryPolicy`` retries. Timed on the run's scheduler.
@@ -101,8 +102,8 @@ class StateGraph:
         Raises:
             GraphValidationError: the name is empty, reserved or taken.
             InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, ``retry`` is
-                not a ``RetryPolicy``, or ``timeout`` is not a number or a ``timedelta``.
-            InvalidArgumentError: ``timeout`` is not a positive, finite time.
+                not a ``RetryPolicy`` or a list of them, or ``timeout`` is not a number or a ``timedelta``.
+            InvalidArgumentError: ``timeout`` is not a positive, finite time, or ``retry`` is an empty list.
         """
         if not isinstance(name, str) or not name:
             raise GraphValidationError(f"a node name must be a non-empty string, got {name!r}", node=str(name))

@@ -162,8 +162,8 @@ def _notes(name: str, node: NodeSpec, spec: GraphSpec) -> list[str]:
     if before or after:
         notes.append("⏸ before and after" if before and after else "⏸ before" if before else "⏸ after")
     # Policies are read softly: a NodeSpec without them draws without them.
-    retry: Any = getattr(node, "retry", None)
-    attempts = getattr(retry, "max_attempts", None)
+    policies: Any = getattr(node, "retry", None) or ()
+    attempts = max((getattr(policy, "max_attempts", 1) for policy in policies), default=1)
     if isinstance(attempts, int) and attempts > 1:
         notes.append(f"up to {attempts} attempts")
     timeout = getattr(node, "timeout", None)

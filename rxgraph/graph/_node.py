@@ -21,7 +21,7 @@ from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ._interrupt import CallScope, current_call, enter_scope, leave_scope, scoped
 from ._outputs import SubgraphEvent
-from ._policies import NodeRetry, RetryPolicy, check_timeout, run_attempts
+from ._policies import NodeRetry, RetryPolicy, check_retry, check_timeout, run_attempts
 from ._run_info import RunInfo
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class NodeSpec:
     reduce_takes_state: bool
     scheduler: abc.SchedulerBase | None = None
     run_info: str | None = None
-    retry: RetryPolicy | None = None
+    retry: tuple[RetryPolicy, ...] | None = None
     timeout: float | None = None  # seconds
     subgraph: bool = False  # a compiled graph: its chunks are SubgraphEvents carrying the updates
 
@@ -116,7 +116,7 @@ class NodeSpec:
         reduce: Reducer | None,
         scheduler: abc.SchedulerBase | None = None,
         *,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         timeout: float | timedelta | None = None,
         subgraph: bool = False,
     ) -> NodeSpec:
@@ -124,9 +124,9 @@ class NodeSpec:
 
         Raises:
             InvalidTypeError: ``action`` or ``reduce`` is not callable, ``action`` takes no argument, ``scheduler``
-                is not a reactivex scheduler, ``retry`` is not a ``RetryPolicy``, or ``timeout`` is neither None,
-                a number of seconds nor a ``timedelta``.
-            InvalidArgumentError: ``timeout`` is not a positive, finite time.
+                is not a reactivex scheduler, ``retry`` is not a ``RetryPolicy`` (or a list of them), or ``timeout``
+                is neither None, a number of seconds nor a ``timedelta``.
+            InvalidArgumentError: ``timeout`` is not a positive, finite time, or ``retry`` is an empty list.
         """
         if not callable(action):
             raise InvalidTypeError(
@@ -137,10 +137,7 @@ class NodeSpec:
                 f"node {name!r}: reduce must be callable, got {type(reduce).__name__}", argument="reduce"
             )
         check_scheduler(scheduler, argument="scheduler", owner=f"node {name!r}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidTypeError(
-                f"node {name!r}: retry must be a RetryPolicy, got {type(retry).__name__}", argument="retry"
-            )
+        policies = check_retry(retry, node=name)
         seconds = check_timeout(timeout, node=name)
         run_info = run_info_parameter(action)
         positional = _positional(action, run_info)
@@ -158,7 +155,7 @@ class NodeSpec:
             reduce_takes_state=reduce_positional is None or reduce_positional >= 2,
             scheduler=scheduler,
             run_info=run_info,
-            retry=retry,
+            retry=policies,
             timeout=seconds,
             subgraph=subgraph,
         )

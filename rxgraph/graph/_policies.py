@@ -40,10 +40,34 @@ from ..errors import (
 )
 from ..rx._subscribe import subscribe_source
 
-__all__ = ["NodeRetry", "RetryOn", "RetryPolicy", "check_timeout", "run_attempts"]
+__all__ = [
+    "NodeRetry",
+    "RetryOn",
+    "RetryPolicy",
+    "check_retry",
+    "check_timeout",
+    "run_attempts",
+]
 
 RetryOn: TypeAlias = type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool]
 """Which errors a ``RetryPolicy`` retries: an exception class, a tuple of them, or a predicate."""
+
+
+# Errors that say the code or its input is wrong: another attempt would raise them again.
+_PROGRAMMING_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    ArithmeticError,
+    ImportError,
+    LookupError,
+    NameError,
+    SyntaxError,
+    RuntimeError,
+    ReferenceError,
+    StopIteration,
+    StopAsyncIteration,
+    OSError,
+)
 
 
 def _transient(error: Exception) -> bool:
@@ -52,7 +76,14 @@ def _transient(error: Exception) -> bool:
     if isinstance(error, ModelAPIError):
         status = error.status_code
         return status is None or status in (408, 429) or status >= 500
-    return not isinstance(error, RxGraphError)
+    if isinstance(error, RxGraphError):
+        return False
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        return 500 <= status < 600  # an HTTP client's status error (httpx, requests): only a server's failure
+    if isinstance(error, ConnectionError):
+        return True
+    return not isinstance(error, _PROGRAMMING_ERRORS)
 
 
 def _number(value: object, *, argument: str) -> float:
@@ -73,9 +104,23 @@ class RetryPolicy:
     - ``backoff_factor`` (2.0): each next wait is the previous one times this (>= 1).
     - ``max_backoff`` (30.0): no wait is longer than this many seconds.
     - ``retry_on``: which errors are retried — an exception class, a tuple of them, or a predicate
-      ``retry_on(error) -> bool``. The default, ``RetryPolicy.transient``, retries every exception except rxgraph's
-      own errors, which say that the graph, an update or a script is wrong and would say it again; of those it
-      retries ``NodeTimeoutError``, and a ``ModelAPIError`` without a response or with status 408, 429 or 5xx.
+      ``retry_on(error) -> bool``. The default, ``RetryPolicy.transient``, retries what another attempt may cure:
+
+      - ``NodeTimeoutError``; a ``ModelAPIError`` without a response or with status 408, 429 or 5xx; no other of
+        rxgraph's own errors (they say the graph, an update or a script is wrong, and would say it again);
+      - an error that carries an HTTP response (``error.response.status_code``, as httpx's and requests' status
+        errors do) only for a 5xx status;
+      - ``ConnectionError``;
+      - no programming error (``RetryPolicy.programming_errors``): ``ValueError``, ``TypeError``, ``ArithmeticError``,
+        ``ImportError``, ``LookupError``, ``NameError``, ``SyntaxError``, ``RuntimeError``, ``ReferenceError``,
+        ``StopIteration``, ``StopAsyncIteration`` and ``OSError`` (but ``ConnectionError``), as LangGraph's default
+        does;
+      - any other exception.
+
+    A node may have several policies, ``retry=[RetryPolicy(retry_on=A, ...), RetryPolicy(...)]``: after a failed
+    attempt, the first policy whose ``retry_on`` takes the error decides whether another attempt follows (while the
+    node's attempts so far are fewer than its ``max_attempts``) and how long to wait first; an error no policy takes
+    fails the run.
 
     The wait after attempt ``n`` fails is ``min(backoff * backoff_factor ** (n - 1), max_backoff)`` (``delay(n)``),
     with no jitter: the same failures wait the same times, so a test can pin them. An error the policy does not
@@ -96,6 +141,9 @@ class RetryPolicy:
 
     transient = staticmethod(_transient)
     """The default ``retry_on``: True for an error worth another attempt (see the class docstring)."""
+
+    programming_errors = _PROGRAMMING_ERRORS
+    """The errors the default ``retry_on`` never retries (``ConnectionError``, an ``OSError``, aside)."""
 
     def __post_init__(self) -> None:
         check_int(self.max_attempts, argument="max_attempts", least=1, hint="1: call once, no retry")
@@ -172,6 +220,28 @@ class NodeRetry:
     delay: float
 
 
+def check_retry(value: object, *, node: str) -> tuple[RetryPolicy, ...] | None:
+    """A node's retry policies, in the order they are asked (None: no retry).
+
+    Raises:
+        InvalidTypeError: neither None, a ``RetryPolicy``, nor a list or tuple of them.
+        InvalidArgumentError: an empty list.
+    """
+    if value is None:
+        return None
+    if isinstance(value, RetryPolicy):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(policy, RetryPolicy) for policy in value):
+        if not value:
+            raise InvalidArgumentError(
+                f"node {node!r}: retry needs at least one RetryPolicy (None: no retry)", argument="retry"
+            )
+        return tuple(value)
+    raise InvalidTypeError(
+        f"node {node!r}: retry must be a RetryPolicy or a list of them, got {type(value).__name__}", argument="retry"
+    )
+
+
 def check_timeout(value: object, *, node: str) -> float | None:
     """A node's ``timeout`` in seconds (None: no limit).
 
@@ -201,7 +271,7 @@ def run_attempts(
     attempt: Callable[[], abc.ObservableBase[Any]],
     *,
     node: str,
-    retry: RetryPolicy | None,
+    retry: tuple[RetryPolicy, ...] | None,
     timeout: float | None,
     timers: abc.SchedulerBase,
     caller: abc.SchedulerBase | None = None,
@@ -212,7 +282,7 @@ def run_attempts(
         attempt: makes one attempt's chunk stream; called when the attempt starts (an exception it raises is the
             attempt's error).
         node: the node's name, for ``NodeTimeoutError``.
-        retry: the node's retry policy (None: one attempt).
+        retry: the node's retry policies, asked in order (None: one attempt).
         timeout: the seconds each attempt may take (None: no limit).
         timers: where the timeouts and the backoff waits are scheduled.
         caller: where ``attempt()`` is called (the node's scheduler), or None: where the attempt starts — at
@@ -265,7 +335,7 @@ class _Attempts:
         scheduler: abc.SchedulerBase | None,
         attempt: Callable[[], abc.ObservableBase[Any]],
         node: str,
-        retry: RetryPolicy | None,
+        retry: tuple[RetryPolicy, ...] | None,
         timeout: float | None,
         timers: abc.SchedulerBase,
         caller: abc.SchedulerBase | None,
@@ -370,18 +440,18 @@ class _Attempts:
         self.running = False
         self.deadline.disposable = Disposable()
         self.current.disposable = Disposable()  # stops a timed-out attempt; frees a failed one
-        retry, number = self.retry, self.number
+        number = self.number
         try:
-            again = retry is not None and number < retry.max_attempts and retry.retries(error)
+            # The first policy that takes the error decides (see RetryPolicy).
+            policy = next((policy for policy in self.retry or () if policy.retries(error)), None)
         except Exception as predicate_error:  # retry_on itself failed: that is the error to report
-            again, error = False, predicate_error
+            policy, error = None, predicate_error
         if self.ended:
             return None  # disposed meanwhile: nobody to tell
-        if not again:
+        if policy is None or number >= policy.max_attempts:
             self.ended = True
             return error
-        assert retry is not None
-        delay = retry.delay(number)
+        delay = policy.delay(number)
         self.observer.on_next(NodeRetry(attempt=number, error=error, delay=delay))
         if not self.ended:  # the subscriber may have disposed on seeing the retry
             self.current.disposable = self.timers.schedule_relative(delay, lambda *_: self.start())

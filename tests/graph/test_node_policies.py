@@ -43,7 +43,7 @@ on_next, on_completed = ReactiveTest.on_next, ReactiveTest.on_completed
 def _graph(
     action: NodeAction,
     *,
-    retry: RetryPolicy | None = None,
+    retry: RetryPolicy | list[RetryPolicy] | None = None,
     timeout: float | timedelta | None = None,
     reduce: Reducer | None = None,
     saver: CheckpointSaver | None = None,
@@ -124,7 +124,7 @@ def test_the_last_error_fails_the_run_when_the_attempts_run_out() -> None:
 
 def test_the_waits_grow_by_the_factor_up_to_max_backoff() -> None:
     scheduler = TestScheduler()
-    flaky = _Flaky(lambda: scheduler.clock, [OSError()] * 4, {"log": "ok"})
+    flaky = _Flaky(lambda: scheduler.clock, [ConnectionError()] * 4, {"log": "ok"})
     _run(_graph(flaky, retry=RetryPolicy(max_attempts=5, backoff=1.0, backoff_factor=3.0, max_backoff=5.0)), scheduler)
     assert [t - 200 for t in flaky.calls] == [0.0, 1.0, 4.0, 9.0, 14.0]  # waits 1, 3, then 9 and 27 capped at 5
     assert RetryPolicy(backoff=0.5, backoff_factor=2.0).delay(1) == 0.5
@@ -143,7 +143,8 @@ def test_retry_on_a_class_a_tuple_or_a_predicate_retries_only_what_it_names() ->
 
 def test_the_default_retries_failures_of_the_moment_but_not_rxgraphs_own_errors() -> None:
     transient = RetryPolicy.transient
-    assert transient(ConnectionError()) and transient(RuntimeError())
+    assert transient(ConnectionError()) and transient(ConnectionResetError()) and transient(Exception("flaky"))
+    assert not transient(TimeoutError("socket"))  # an OSError that is no ConnectionError: as LangGraph's default
     assert transient(NodeTimeoutError("slow", node="n", timeout=1.0))
     assert transient(ModelAPIError("busy", status_code=503)) and transient(ModelAPIError("rate", status_code=429))
     assert transient(ModelAPIError("no response", status_code=None))
@@ -252,7 +253,7 @@ def test_a_streaming_node_streams_a_node_retry_after_its_partial_chunks_and_redu
 
 def test_mapping_chunks_of_a_failed_attempt_are_not_merged() -> None:
     scheduler = TestScheduler()
-    attempts = iter([rx.concat(rx.of({"log": "half"}), rx.throw(OSError())), rx.of({"log": "whole"})])
+    attempts = iter([rx.concat(rx.of({"log": "half"}), rx.throw(ConnectionError())), rx.of({"log": "whole"})])
     assert _graph(lambda s: next(attempts), retry=RetryPolicy(backoff=0.0)).invoke(
         {"log": "in"}, RunnableConfig(scheduler=scheduler)
     ) == {"log": ["in", "whole"]}
@@ -414,3 +415,50 @@ def test_a_retry_policy_is_a_frozen_value() -> None:
     assert policy == RetryPolicy(max_attempts=2, backoff=1.0) and isinstance(policy.backoff, float)
     with pytest.raises(AttributeError):
         policy.max_attempts = 5  # type: ignore[misc]
+
+
+class _HTTPStatusError(Exception):
+    """Shaped like httpx's and requests' status errors: the response rides on the error."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.response = type("Response", (), {"status_code": status_code})()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError(), TypeError(), ZeroDivisionError(), ImportError(), KeyError("k"), IndexError(), NameError(),
+     SyntaxError(), RuntimeError(), ReferenceError(), StopIteration(), StopAsyncIteration(), FileNotFoundError()],
+    ids=lambda error: type(error).__name__,
+)  # fmt: skip
+def test_the_default_does_not_retry_programming_errors_as_langgraphs_default_retry_on(error: Exception) -> None:
+    # Ported from LangGraph's default_retry_on (langgraph/pregel/_retry.py, tests/test_retry.py): the same list.
+    assert isinstance(error, RetryPolicy.programming_errors) and not RetryPolicy.transient(error)
+
+
+def test_the_default_retries_an_http_status_error_only_for_a_server_s_failure() -> None:
+    assert RetryPolicy.transient(_HTTPStatusError(503)) and RetryPolicy.transient(_HTTPStatusError(500))
+    assert not RetryPolicy.transient(_HTTPStatusError(404)) and not RetryPolicy.transient(_HTTPStatusError(429))
+
+
+def test_the_first_policy_that_takes_the_error_decides_the_attempts_and_the_waits() -> None:
+    # After LangGraph's test_retry_policy_list (a node with several policies): first match wins.
+    scheduler = TestScheduler()
+    errors = [ConnectionError(), KeyError("k"), KeyError("k"), ValueError("bad")]
+    flaky = _Flaky(lambda: scheduler.clock, errors, {"log": "ok"})
+    policies = [
+        RetryPolicy(retry_on=KeyError, max_attempts=4, backoff=2.0, backoff_factor=1.0),
+        RetryPolicy(max_attempts=5, backoff=1.0, backoff_factor=1.0),  # the default retry_on: not a ValueError
+    ]
+    observed = _run(_graph(flaky, retry=policies), scheduler)
+    assert [t - 200 for t in flaky.calls] == [0.0, 1.0, 3.0, 5.0]  # waits 1 (default), 2, 2 (KeyError)
+    assert isinstance(observed.messages[-1].value.exception, ValueError)  # no policy takes it: the run fails
+
+
+@pytest.mark.parametrize(
+    ("retry", "error", "match"),
+    [([], InvalidArgumentError, "at least one"), ([RetryPolicy(), "again"], InvalidTypeError, "list of them")],
+)
+def test_a_retry_list_is_checked_when_the_node_is_added(retry: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        StateGraph().add_node("n", lambda s: None, retry=retry)
