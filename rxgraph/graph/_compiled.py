@@ -32,6 +32,7 @@ from ..rx._subscribe import subscribe_source
 from ._admission import UpdateHolder
 from ._choose_base import BaseChoice, choose_base
 from ._config import RunnableConfig, TurnPolicy
+from ._constants import END
 from ._dead_run import find_dead_run, rewinds_dead_runs
 from ._draw import draw_mermaid
 from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt
@@ -365,6 +366,7 @@ class CompiledGraph:
 
         The base is the head, or ``config.checkpoint_id`` to fork from an older checkpoint. With ``as_node`` the
         update counts as that node's output: the graph's edge out of ``as_node`` decides the checkpoint's ``next``
+        (``as_node=END`` ends the thread's run: nothing is next, and an interrupt it waited on is dropped)
         (what a later ``stream(None, config)`` runs); without it, ``next`` stays the base's, and so does an interrupt it
         waits on (edit the state, then resume with ``Command``). The new checkpoint
         records whether its history is safe, like any other.
@@ -372,19 +374,19 @@ class CompiledGraph:
         Args:
             config: the thread (and optionally the checkpoint to fork from).
             values: the update, merged with the key strategies.
-            as_node: the node the update stands in for.
+            as_node: the node the update stands in for, or ``END``.
 
         Raises:
             ThreadBusyError: a run is live on the thread (one that is rewinding is waited for).
-            GraphValidationError: ``as_node`` is not a node of the graph.
+            GraphValidationError: ``as_node`` is neither a node of the graph nor ``END``.
             CheckpointNotFoundError: ``config.checkpoint_id`` is not a checkpoint of the thread.
             CheckpointConflictError: another process moved the head meanwhile.
         """
         saver, thread_id = self._thread(config)
         spec = self._spec
-        if as_node is not None and as_node not in spec.nodes:
+        if as_node is not None and as_node != END and as_node not in spec.nodes:
             raise GraphValidationError(
-                f"as_node={as_node!r} is not a node of the graph; nodes: {sorted(spec.nodes)}", node=as_node
+                f"as_node={as_node!r} is neither a node of the graph nor END; nodes: {sorted(spec.nodes)}", node=as_node
             )
         slots, holder = slots_for(saver), UpdateHolder()
         claim = slots.claim(thread_id, holder, "reject", wait=True)  # a live run: ThreadBusyError; ending: wait

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from .._frozen import freeze
 from ..checkpoint._base import Checkpoint, CheckpointSource
 from ..errors import InvalidArgumentError, ThreadNotFoundError
-from ._constants import START
+from ._constants import END, START
 from ._edges import JoinProgress, Send, Task, task_node
 from ._interrupt import PendingInterrupt
 from ._spec import GraphSpec
@@ -226,8 +226,8 @@ def after_update(
     spec: GraphSpec, base: Checkpoint | None, values: Mapping[str, Any] | None, as_node: str | None
 ) -> Position:
     """``update_state``: ``values`` merged into ``base``'s. As ``as_node``'s output, the graph's ways out of that
-    node decide the next superstep (the base's joins count it); otherwise the base's next superstep and the stop it
-    waits on stay.
+    node decide the next superstep (the base's joins count it); as ``END``'s, nothing follows (an interrupt the base
+    waited on is dropped); otherwise the base's next superstep and the stop it waits on stay.
 
     Raises:
         InvalidUpdateError: ``values`` does not fit the state's strategies.
@@ -237,6 +237,8 @@ def after_update(
     state = spec.schema.merge(at.state, values, origin="update_state")
     if as_node is None:
         return at._replace(state=state)
+    if as_node == END:
+        return Position(state)  # the run is over: no next superstep, no joins, no stop
     tasks, joins = spec.advance((as_node,), state, at.joins)
     return Position(state, tasks, joins)
 

@@ -71,7 +71,29 @@ def test_an_update_can_fork_from_an_older_checkpoint_and_bad_arguments_are_clear
     first = app.get_state_history(CONFIG)[-1]
     fork = app.update_state(CONFIG.model_copy(update={"checkpoint_id": first.checkpoint_id}), {"messages": []})
     assert fork.parent_id == first.checkpoint_id and [m.content for m in fork.values["messages"]] == ["hi"]
-    with pytest.raises(GraphValidationError, match="as_node='nope' is not a node"):
+    with pytest.raises(GraphValidationError, match="as_node='nope' is neither a node"):
         app.update_state(CONFIG, {}, as_node="nope")
     with pytest.raises(CheckpointNotFoundError):
         app.update_state(CONFIG.model_copy(update={"checkpoint_id": "missing"}), {})
+
+
+def test_an_update_as_end_drops_a_pending_interrupt_and_ends_the_run() -> None:
+    # After LangGraph's update_state(config, values, as_node=END), which ends a thread waiting on an interrupt.
+    from rxgraph import Command, interrupt
+
+    saver = MemorySaver()
+    app = (
+        StateGraph()
+        .add_node("ask", lambda s: {"answer": interrupt("ok?")})
+        .add_node("after", lambda s: {"after": True})
+        .add_edge(START, "ask").add_edge("ask", "after").add_edge("after", END)
+        .compile(checkpointer=saver)
+    )  # fmt: skip
+    app.invoke({"q": 1}, CONFIG)
+    assert app.get_state(CONFIG).interrupt is not None
+    snapshot = app.update_state(CONFIG, {"answer": "decided elsewhere"}, as_node=END)
+    assert snapshot.next == () and snapshot.interrupt is None and snapshot.checkpoint is not None
+    assert snapshot.checkpoint.node == END and snapshot.checkpoint.pending is None
+    assert app.invoke(None, CONFIG) == {"q": 1, "answer": "decided elsewhere"}  # nothing left to run
+    with pytest.raises(ValueError, match="no pending interrupt"):
+        app.invoke(Command(resume="late"), CONFIG)
