@@ -38,7 +38,7 @@ from ._tools import Tool, tool
 
 __all__ = ["AgentInput", "ReactAgent"]
 
-AgentInput = str | Message | Sequence[Message] | Command
+AgentInput = str | Message | Sequence[Message] | Command[Any]
 """A user turn: its text, one message, or several messages (e.g. a system note and the user's question) — or a
 ``Command(resume=...)`` answering the turn's pending tool approval."""
 
@@ -414,7 +414,7 @@ def _model_calls_this_turn(history: Sequence[Message]) -> int:
     return calls
 
 
-def _turn_input(input: AgentInput) -> Mapping[str, Any] | Command:
+def _turn_input(input: AgentInput) -> Mapping[str, Any] | Command[Any]:
     return input if isinstance(input, Command) else {"messages": _user_messages(input)}
 
 

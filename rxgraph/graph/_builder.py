@@ -56,6 +56,7 @@ class StateGraph:
         scheduler: abc.SchedulerBase | None = None,
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         timeout: float | timedelta | None = None,
+        destinations: Sequence[str] | None = None,
     ) -> Self:
         """Add a node.
 
@@ -92,6 +93,9 @@ class StateGraph:
                 after the last ``NodeRetry`` make the update (``reduce`` never sees a ``NodeRetry``). The last
                 error, or one ``retry_on`` does not retry, fails the run. A list of policies: the first whose
                 ``retry_on`` takes the error decides (see ``RetryPolicy``).
+            destinations: the nodes (or ``END``) a ``Command(goto=...)`` the action returns may go to; default: what
+                its return annotation says (``-> Command[Literal["a", "b"]]``). A node that routes only with commands
+                needs them in place of an outgoing edge; they are checked by ``compile`` and drawn.
             timeout: seconds (or a ``timedelta``) each attempt may take, from its start to its update or its
                 stream's end; an attempt still running then is disposed and fails with ``NodeTimeoutError``, which
                 the default ``RetryPolicy`` retries. Timed on the run's scheduler.
@@ -127,6 +131,7 @@ class StateGraph:
             retry=retry,
             timeout=timeout,
             subgraph=subgraph,
+            destinations=destinations,
         )
         return self
 
@@ -329,9 +334,15 @@ class StateGraph:
         if START not in branches:
             raise GraphValidationError("no edge from START: add add_edge(START, <first node>)", node=START)
         joined = {source for join in self._joins for source in join.sources}
-        dead_ends = sorted(set(nodes) - set(branches) - joined)
+        commanding = {name for name, node in nodes.items() if node.destinations}
+        for name in sorted(commanding):
+            for target in nodes[name].destinations:
+                check_target(name, target)
+        dead_ends = sorted(set(nodes) - set(branches) - joined - commanding)
         if dead_ends:
             raise GraphValidationError(
-                f"node(s) {dead_ends} have no outgoing edge; add an edge to the next node or to END", node=dead_ends[0]
+                f"node(s) {dead_ends} have no outgoing edge; add an edge to the next node or to END (or, for a node "
+                "that routes with Command(goto=...), its destinations)",
+                node=dead_ends[0],
             )
         return {source: tuple(ways) for source, ways in branches.items()}

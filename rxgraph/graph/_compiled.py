@@ -86,7 +86,7 @@ class CompiledGraph:
     # -- running -----------------------------------------------------------------------------------------------
 
     def stream(
-        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
     ) -> Observable[RunOutput]:
         """A cold Observable of one run's outputs; nothing runs and nothing is read until it is subscribed.
 
@@ -108,7 +108,7 @@ class CompiledGraph:
         return self._stream(input, config, None)
 
     def invoke(
-        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
     ) -> dict[str, Any]:
         """Run to the end and return the final state's values.
 
@@ -160,7 +160,7 @@ class CompiledGraph:
         return head is not None and bool(head.pending) and "interrupt" in (head.pending or {})
 
     def _run_to_end(
-        self, input: Mapping[str, Any] | Command | None, config: RunnableConfig
+        self, input: Mapping[str, Any] | Command[Any] | None, config: RunnableConfig
     ) -> tuple[dict[str, Any], PendingInterrupt | None]:
         """Run, block until the run ended, and return its final values and the stop it ended on, if any."""
         final: list[Mapping[str, Any]] = []
@@ -200,7 +200,7 @@ class CompiledGraph:
         return dict(final[0]), stops[-1] if stops else None
 
     def astream(
-        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
     ) -> AsyncIterator[RunOutput]:
         """The run's outputs as an async iterator, for asyncio code: ``async for output in graph.astream(...)``.
 
@@ -221,7 +221,7 @@ class CompiledGraph:
         return to_async_iterator(self._stream(input, self._off_the_loop(config), None))
 
     async def ainvoke(
-        self, input: Mapping[str, Any] | Command | None = None, config: RunnableConfig | None = None
+        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
     ) -> dict[str, Any]:
         """``invoke`` for asyncio code: await the run's end, off the event loop (see ``astream``), and return the
         final state's values. Cancelling the awaiting task cancels (and rewinds) the run.
@@ -242,7 +242,7 @@ class CompiledGraph:
 
     def _stream(
         self,
-        input: Mapping[str, Any] | Command | None,
+        input: Mapping[str, Any] | Command[Any] | None,
         config: RunnableConfig | None,
         on_final_state: Callable[[Mapping[str, Any]], None] | None,
         *,
@@ -431,7 +431,7 @@ def spec_of(graph: CompiledGraph) -> GraphSpec:
 def inner_stream(
     graph: CompiledGraph,
     saver: CheckpointSaver,
-    input: Mapping[str, Any] | Command,
+    input: Mapping[str, Any] | Command[Any],
     config: RunnableConfig,
     on_updates: Callable[[tuple[Any, ...]], None],
     *,

@@ -10,6 +10,7 @@ How the drawing reads:
 - A route without a path map: only the function knows where it leads (a node, ``END``, several nodes, ``Send``
   items), so it is drawn as a dotted edge to a hexagon note naming the route, ``route0{{"decide: any node or
   END"}}``, rather than as guessed edges.
+- Where a node's ``Command(goto=...)`` may go (its ``destinations``): dotted edges labelled ``goto``.
 - Several ways out of one node (fan-out) are several edges; a ``%%`` comment above them says that what they lead to
   runs in parallel, in one superstep.
 - A join (``add_edge([a, b], target)``): each source goes into a small circle ``join0(("all"))``, which goes to the
@@ -143,6 +144,9 @@ def _draw_spec(spec: GraphSpec, *, prefix: str) -> _Drawn:
                 lines.append(f'{note}{{{{"{_text(_route_name(branch))}: any node or END"}}}}')
                 lines.append(f"{ids[source]} -.-> {note}")
                 drawn.mark("route", note)
+        commanding = spec.nodes.get(source)
+        for target in commanding.destinations if commanding is not None else ():
+            lines.append(f'{ids[source]} -.->|"goto"| {ids[target]}')
 
     for index, join in enumerate(spec.joins):
         point = f"{prefix}join{index}"

@@ -4,13 +4,14 @@ checkpoint keeps for it (the rest of a checkpoint's pending work is ``_transitio
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from .._frozen import freeze
 from ..errors import InterruptSwallowedError, InvalidArgumentError, NodeInterrupt
+from ._edges import Send
 
 __all__ = [
     "NO_CALL",
@@ -27,21 +28,32 @@ __all__ = [
     "scoped",
 ]
 
+N = TypeVar("N")
+"""The node names a node's ``Command`` may go to (``Command[Literal["a", "b"]]``), for its annotation."""
+
 InterruptWhen = Literal["before", "after", "inside"]
 """Where a run stopped: before a node (``interrupt_before``), after one (``interrupt_after``), or inside one that
 called ``interrupt(value)``."""
 
 
 @dataclass(frozen=True, slots=True)
-class Command:
-    """What ``stream`` takes, in place of input, to resume an interrupted thread.
+class Command(Generic[N]):
+    """A command: what ``stream`` takes, in place of input, to resume an interrupted thread — or what a node returns
+    to update the state and say where the run goes next, in one step.
 
-    ``resume`` is the answer to the pending interrupt: inside a node that called ``interrupt(value)``, that call
-    returns it when the node runs again. For a stop before or after a node (``interrupt_before`` /
-    ``interrupt_after``) the run just goes on, and ``resume`` is not used.
+    - ``resume`` (input only) is the answer to the pending interrupt: inside a node that called
+      ``interrupt(value)``, that call returns it when the node runs again. For a stop before or after a node
+      (``interrupt_before`` / ``interrupt_after``) the run just goes on, and ``resume`` is not used.
+    - ``update`` (from a node) is the node's update, merged as any node's.
+    - ``goto`` (from a node) names what runs next, besides what the node's edges lead to: a node, ``END``, a
+      ``Send``, or a list of those (each ``Send`` a task of its own, a node named twice run once). A node that routes
+      only this way declares where it may go — ``add_node(..., destinations=[...])``, or its return annotation
+      ``-> Command[Literal["a", "b"]]`` — so that the graph can be checked and drawn.
     """
 
     resume: Any = None
+    update: Mapping[str, Any] | None = None
+    goto: str | Send | Sequence[str | Send] = ()
 
 
 @dataclass(frozen=True, slots=True)

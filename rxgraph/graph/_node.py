@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_args, get_origin, get_type_hints
 
 from reactivex import Observable, abc
 from reactivex import operators as ops
@@ -19,7 +19,7 @@ from reactivex.scheduler import TimeoutScheduler
 from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
-from ._interrupt import CallScope, current_call, enter_scope, leave_scope, scoped
+from ._interrupt import CallScope, Command, current_call, enter_scope, leave_scope, scoped
 from ._outputs import SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy, check_retry, check_timeout, run_attempts
 from ._run_info import RunInfo
@@ -70,6 +70,31 @@ def run_info_parameter(function: Callable[..., Any]) -> str | None:
     return None
 
 
+def _destinations(name: str, action: object, declared: Sequence[str] | None) -> tuple[str, ...]:
+    """Where node ``name`` may go with a ``Command``: ``declared`` (``add_node(destinations=...)``), else what its
+    return annotation says (``-> Command[Literal["a", "b"]]``), else nowhere.
+
+    Raises:
+        InvalidTypeError: ``declared`` is not a list of node names.
+    """
+    if declared is not None:
+        if isinstance(declared, str) or not all(isinstance(target, str) for target in declared):
+            raise InvalidTypeError(
+                f"node {name!r}: destinations must be a list of node names, got {declared!r}", argument="destinations"
+            )
+        return tuple(dict.fromkeys(declared))
+    try:
+        returned = get_type_hints(action).get("return")
+    except Exception:
+        return ()
+    if get_origin(returned) is not Command:
+        return ()
+    (names,) = get_args(returned) or (None,)
+    if get_origin(names) is not Literal:
+        return ()
+    return tuple(dict.fromkeys(str(target) for target in get_args(names)))
+
+
 def _positional(function: Callable[..., Any], leave_out: str | None) -> int | None:
     """How many positional parameters ``function`` takes, ``leave_out`` aside; None for "any number"."""
     try:
@@ -107,6 +132,7 @@ class NodeSpec:
     retry: tuple[RetryPolicy, ...] | None = None
     timeout: float | None = None  # seconds
     subgraph: bool = False  # a compiled graph: its chunks are SubgraphEvents carrying the updates
+    destinations: tuple[str, ...] = ()  # where a Command it returns may send the run, declared or annotated
 
     @classmethod
     def of(
@@ -119,6 +145,7 @@ class NodeSpec:
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         timeout: float | timedelta | None = None,
         subgraph: bool = False,
+        destinations: Sequence[str] | None = None,
     ) -> NodeSpec:
         """Check and describe a node (``subgraph``: the action runs a compiled graph and streams ``SubgraphEvent``s).
 
@@ -158,6 +185,7 @@ class NodeSpec:
             retry=policies,
             timeout=seconds,
             subgraph=subgraph,
+            destinations=_destinations(name, action, destinations),
         )
 
     def call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
@@ -197,7 +225,7 @@ class NodeSpec:
 
     def updates_from_chunks(
         self, chunks: Sequence[Any], state: Mapping[str, Any]
-    ) -> Sequence[Mapping[str, Any] | None]:
+    ) -> Sequence[Mapping[str, Any] | Command[Any] | None]:
         """The updates to merge, in order, once the chunk stream completed.
 
         With a ``reduce`` function: its one result. Without one, every chunk must itself be an update (a mapping);
@@ -235,17 +263,21 @@ class _ReturnedUpdate(Mapping[str, Any]):
 
     __slots__ = ("update",)
 
-    def __init__(self, update: Mapping[str, Any] | None) -> None:
+    def __init__(self, update: Mapping[str, Any] | Command[Any] | None) -> None:
         self.update = update
 
+    def _view(self) -> Mapping[str, Any]:
+        update = self.update.update if isinstance(self.update, Command) else self.update
+        return update if update is not None else _EMPTY
+
     def __getitem__(self, key: str) -> Any:
-        return (self.update if self.update is not None else _EMPTY)[key]
+        return self._view()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.update if self.update is not None else _EMPTY)
+        return iter(self._view())
 
     def __len__(self) -> int:
-        return len(self.update) if self.update is not None else 0
+        return len(self._view())
 
     def __repr__(self) -> str:
         return repr(dict(self))
@@ -283,7 +315,7 @@ LATER: ResultKind = "later"
 
 
 def classify(name: str, result: object) -> ResultKind:
-    """What calling node ``name``'s action gave: its update (a mapping, or None), a stream of chunks (an
+    """What calling node ``name``'s action gave: its update (a mapping, None, or a ``Command``), a stream of chunks (an
     Observable), or a result that comes later (an awaitable: an ``async def`` action's coroutine). The one place
     that decides it, for a node's first call, for an attempt of a node with a policy, and for what a later result
     turned out to be.
@@ -292,7 +324,7 @@ def classify(name: str, result: object) -> ResultKind:
         NodeInterrupt: the action returned one (an ``async def`` node may stop the run that way).
         InvalidUpdateError: the result is none of those.
     """
-    if result is None or isinstance(result, Mapping):
+    if result is None or isinstance(result, Mapping | Command):
         return UPDATE
     # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
     if isinstance(result, abc.ObservableBase):

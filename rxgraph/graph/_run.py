@@ -63,7 +63,7 @@ from ._run_info import RunInfo
 from ._slots import slots_for
 from ._spec import GraphSpec
 from ._steps import COMPLETED_WHILE_SUBSCRIBING, SUBSCRIBING, WAITING, LateResult, Step, Superstep, called_on
-from ._transition import Position, after_input, after_resume, after_superstep, check_resumable
+from ._transition import Position, after_input, after_resume, after_superstep, check_resumable, plain_update
 from ._writer import ThreadWriter
 
 __all__ = ["Run"]
@@ -104,7 +104,7 @@ class Run:
     def __init__(
         self,
         spec: GraphSpec,
-        input: Mapping[str, Any] | Command | None,
+        input: Mapping[str, Any] | Command[Any] | None,
         config: RunnableConfig,
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -114,7 +114,7 @@ class Run:
         none); ``on_final_state`` is called with the final state right before ``on_completed``; ``loop`` is the
         event loop the run was subscribed from, if any (where its coroutines are awaited)."""
         self.spec = spec
-        self.resume: Command | None = input if isinstance(input, Command) else None
+        self.resume: Command[Any] | None = input if isinstance(input, Command) else None
         self.input = None if self.resume is not None else input
         self.config = config
         self.scheduler = config.scheduler
@@ -222,7 +222,7 @@ class Run:
         if self.input is None:  # refused before the writer starts: nothing is written or recorded
             command = self.resume
             resuming = check_resumable(
-                base, has_saver=writer.saver is not None, thread_id=writer.thread_id, command=command is not None
+                base, has_saver=writer.saver is not None, thread_id=writer.thread_id, command=command
             )
             resumed = after_resume(spec, resuming, command.resume if command is not None else None)
         if choice is not None:
@@ -427,7 +427,8 @@ class Run:
         self.at = at
         if self.on_updates is not None:
             try:
-                self.on_updates(updates)  # a subgraph's parent saving its progress: its write may fail
+                # A subgraph's parent saving its progress (its write may fail); a Command's goto stays inside.
+                self.on_updates(tuple(plain_update(update) for update in updates))
             except Exception as error:
                 self.end.fail(error)
                 return False

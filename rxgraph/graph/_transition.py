@@ -8,8 +8,8 @@ written down: ``Position.next_nodes`` is its ``next`` and ``Position.pending()``
 run writes, and the one ``update_state`` writes, is a position these functions made:
 
 - ``after_input``: new input — merge it into the base's values and route from ``START``;
-- ``after_superstep``: a superstep ended — merge its tasks' updates in task order, route out of its nodes, count
-  the joins, and see whether the run stops after it or before the next one;
+- ``after_superstep``: a superstep ended — merge its tasks' updates in task order, route out of its nodes (and to
+  where their ``Command``s go), count the joins, and see whether the run stops after it or before the next one;
 - ``after_resume``: no input (or a ``Command``) — read the base checkpoint's position back and take up its pending work;
 - ``after_update``: ``update_state`` — merge values from outside a run, optionally as a node's output;
 - ``Position.with_progress`` (a subgraph task finished an inner step) and ``Position.stopped_at`` (the run stops
@@ -23,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .._frozen import freeze
 from ..checkpoint._base import Checkpoint, CheckpointSource
-from ..errors import InvalidArgumentError, ThreadNotFoundError
+from ..errors import InvalidArgumentError, InvalidUpdateError, RouteError, ThreadNotFoundError
 from ._constants import END, START
 from ._edges import JoinProgress, Send, Task, task_node
-from ._interrupt import PendingInterrupt
+from ._interrupt import Command, PendingInterrupt
 from ._spec import GraphSpec
 
 __all__ = [
@@ -41,14 +41,16 @@ __all__ = [
     "after_superstep",
     "after_update",
     "check_resumable",
+    "plain_update",
     "position_of",
 ]
 
 _NO_JOINS: JoinProgress = MappingProxyType({})
 _NO_PROGRESS: Mapping[int, Mapping[str, Any]] = MappingProxyType({})
 
-Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | None]]]
-"""What a superstep's tasks returned: ``(node, its updates)`` per task, in task order."""
+Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | Command[Any] | None]]]
+"""What a superstep's tasks returned: ``(node, its updates)`` per task, in task order (a ``Command`` among them
+updates the state with its ``update`` and adds its ``goto`` to the next superstep)."""
 
 
 class Position(NamedTuple):
@@ -100,14 +102,24 @@ class Position(NamedTuple):
         return self._replace(stop=stop)
 
 
-def check_resumable(base: Checkpoint | None, *, has_saver: bool, thread_id: str | None, command: bool) -> Checkpoint:
+def check_resumable(
+    base: Checkpoint | None, *, has_saver: bool, thread_id: str | None, command: Command[Any] | None
+) -> Checkpoint:
     """Refuse a run without input that has nothing to resume: no saver or thread, no checkpoint, or a ``Command``
-    (``command``) for a thread that waits on no interrupt. Returns ``base``, the checkpoint it resumes.
+    for a thread that waits on no interrupt (or one with a node's ``update=`` / ``goto=``). Returns ``base``, the
+    checkpoint it resumes.
 
     Raises:
-        InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt.
+        InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt, or with
+            ``update=`` or ``goto=``.
         ThreadNotFoundError: the thread has no checkpoint.
     """
+    if command is not None and (command.update is not None or command.goto):
+        raise InvalidArgumentError(
+            "a Command as a run's input resumes an interrupted thread with resume=; update= and goto= are what a "
+            "node's Command says (to change a thread from outside, use update_state)",
+            argument="input",
+        )
     if not has_saver:
         raise InvalidArgumentError(
             "stream(None) or a Command resumes a thread's run from its checkpoint: the graph needs a "
@@ -120,7 +132,7 @@ def check_resumable(base: Checkpoint | None, *, has_saver: bool, thread_id: str 
             "(stream(input, config))",
             thread_id=thread_id or "",
         )
-    if command and not (base.pending and "interrupt" in base.pending):
+    if command is not None and not (base.pending and "interrupt" in base.pending):
         raise InvalidArgumentError(
             f"thread {thread_id!r} has no pending interrupt (checkpoint {base.id!r}): a Command resumes an "
             "interrupted run (this one may have been answered already); start a turn with input instead",
@@ -172,18 +184,75 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
         RouteError: a route returned something that is not one of its labels.
     """
     schema = spec.schema
+    goto: list[tuple[str, Command[Any]]] = []
     if len(finished) == 1:
         name, updates = finished[0]
         state: Mapping[str, Any] = at.state
         origin = f"node {name!r}"
         for one in updates:
+            if isinstance(one, Command):
+                goto.append((name, one))
+                one = _update_of(name, one)
             state = schema.merge(state, one, origin=origin, node=name)
         nodes: tuple[str, ...] = (name,)
     else:
-        state = schema.merge_superstep(at.state, finished)
+        plain: list[tuple[str, Sequence[Mapping[str, Any] | None]]] = []
+        for name, updates in finished:
+            commands = [(name, one) for one in updates if isinstance(one, Command)]
+            if commands:
+                goto.extend(commands)
+                plain.append((name, [_update_of(name, one) if isinstance(one, Command) else one for one in updates]))
+            else:
+                plain.append((name, cast("Sequence[Mapping[str, Any] | None]", updates)))
+        state = schema.merge_superstep(at.state, plain)
         nodes = tuple(dict.fromkeys(name for name, _ in finished))
     tasks, joins = spec.advance(nodes, state, at.joins)
+    if goto:
+        tasks = _with_goto(spec, tasks, goto)
     return Position(state, tasks, joins, _stop_after(spec, nodes, tasks), _NO_PROGRESS)
+
+
+def plain_update(update: Mapping[str, Any] | Command[Any] | None) -> Mapping[str, Any] | None:
+    """What an update merges into the state: a ``Command``'s ``update``, or the update itself."""
+    return update.update if isinstance(update, Command) else update
+
+
+def _update_of(node: str, command: Command[Any]) -> Mapping[str, Any] | None:
+    if command.resume is not None:
+        raise InvalidUpdateError(
+            f"node {node!r} returned a Command with resume=: a node's Command updates the state (update=) and says "
+            "where to go (goto=); resume= answers an interrupt, as the input of a run",
+            node=node,
+        )
+    return command.update
+
+
+def _with_goto(spec: GraphSpec, tasks: tuple[Task, ...], goto: list[tuple[str, Command[Any]]]) -> tuple[Task, ...]:
+    """``tasks`` (what the edges lead to), then what the nodes' commands go to: a node named again runs once, every
+    ``Send`` is a task of its own, ``END`` adds nothing.
+
+    Raises:
+        RouteError: a command goes to something that is neither a node, ``END`` nor a ``Send`` to a node.
+    """
+    all_tasks = list(tasks)
+    seen = {task for task in tasks if type(task) is str}
+    for node, command in goto:
+        targets = command.goto
+        for target in (targets,) if isinstance(targets, str | Send) else targets:
+            name = target.node if isinstance(target, Send) else target
+            if name not in spec.nodes and not (name == END and not isinstance(target, Send)):
+                raise RouteError(
+                    f"node {node!r} returned Command(goto={target!r}), which is neither a node of the graph nor "
+                    f"END; nodes: {sorted(spec.nodes)}",
+                    node=node,
+                    label=target,
+                )
+            if isinstance(target, Send):
+                all_tasks.append(target)
+            elif target != END and target not in seen:
+                seen.add(target)
+                all_tasks.append(target)
+    return tuple(all_tasks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rxgraph import (
     END,
     START,
+    Command,
     InvalidArgumentError,
     InvalidUpdateError,
     KeyStrategy,
@@ -145,13 +146,13 @@ def test_an_update_as_a_node_routes_from_it_and_one_without_keeps_the_next_super
 
 def test_a_resume_is_refused_without_a_saver_a_checkpoint_or_an_interrupt_for_a_command() -> None:
     with pytest.raises(InvalidArgumentError, match="needs a checkpointer"):
-        check_resumable(None, has_saver=False, thread_id=None, command=False)
+        check_resumable(None, has_saver=False, thread_id=None, command=None)
     with pytest.raises(ThreadNotFoundError):
-        check_resumable(None, has_saver=True, thread_id="t", command=False)
+        check_resumable(None, has_saver=True, thread_id="t", command=None)
     base = _checkpoint({}, ("b",))
     with pytest.raises(InvalidArgumentError, match="no pending interrupt"):
-        check_resumable(base, has_saver=True, thread_id="t", command=True)
-    assert check_resumable(base, has_saver=True, thread_id="t", command=False) is base
+        check_resumable(base, has_saver=True, thread_id="t", command=Command(resume=1))
+    assert check_resumable(base, has_saver=True, thread_id="t", command=None) is base
 
 
 @pytest.mark.parametrize("with_join", [False, True], ids=["no-join", "join"])

@@ -1,0 +1,177 @@
+"""A node returns ``Command(update=..., goto=...)``: it updates the state and says where the run goes, in one step —
+as LangGraph's nodes do for handoffs (after LangGraph's tests of ``Command`` in ``test_pregel.py``: goto a node, a
+list, a ``Send``, ``END``, with the node's edges still followed; destinations from the return annotation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pytest
+import reactivex as rx
+from reactivex import operators as ops
+
+from rxgraph import (
+    END,
+    START,
+    CheckpointSaver,
+    Command,
+    GraphValidationError,
+    InvalidArgumentError,
+    InvalidUpdateError,
+    KeyStrategy,
+    MemorySaver,
+    NodeOutput,
+    RetryPolicy,
+    RouteError,
+    RunnableConfig,
+    Send,
+    StateGraph,
+)
+from rxgraph.testing import assert_cancellation_safe
+
+CONFIG = RunnableConfig(thread_id="t")
+
+
+def _log(name: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda state: {"log": name}
+
+
+def _handoff(saver: CheckpointSaver | None = None) -> Any:
+    """triage hands off to billing or support by the question, with its own update; both end the turn."""
+
+    def triage(state: Any) -> Command[Literal["billing", "support"]]:
+        target = "billing" if "invoice" in state["question"] else "support"
+        return Command(update={"log": f"triage -> {target}"}, goto=target)
+
+    return (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("triage", triage)
+        .add_node("billing", _log("billing"))
+        .add_node("support", _log("support"))
+        .add_edge(START, "triage").add_edge("billing", END).add_edge("support", END)
+        .compile(saver)
+    )  # fmt: skip
+
+
+def test_a_node_updates_and_hands_off_in_one_step_with_destinations_from_its_annotation() -> None:
+    app = _handoff(MemorySaver())
+    assert app.invoke({"question": "my invoice"}, CONFIG)["log"] == ["triage -> billing", "billing"]
+    assert app.invoke({"question": "it broke"}, RunnableConfig(thread_id="u"))["log"] == [
+        "triage -> support",
+        "support",
+    ]
+    assert '-.->|"goto"|' in app.draw_mermaid()  # both destinations drawn
+
+
+def test_goto_takes_a_list_a_send_and_end_and_the_node_s_edges_are_still_followed() -> None:
+    seen: list[Any] = []
+
+    def fan(state: Any) -> Command[Any]:
+        return Command(update={"log": "fan"}, goto=["a", "b", "a", Send("c", {"item": 1}), END])
+
+    def c(payload: Any) -> dict[str, Any]:
+        seen.append(dict(payload))
+        return {"log": "c"}
+
+    app = (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("fan", fan, destinations=["a", "b", "c"])
+        .add_node("a", _log("a")).add_node("b", _log("b")).add_node("c", c).add_node("edge", _log("edge"))
+        .add_edge(START, "fan").add_edge("fan", "edge")
+        .add_edge("a", END).add_edge("b", END).add_edge("c", END).add_edge("edge", END)
+        .compile()
+    )  # fmt: skip
+    outputs: list[str] = []
+    app.stream({}).subscribe(lambda o: isinstance(o, NodeOutput) and outputs.append(o.node))
+    assert outputs == ["fan", "edge", "a", "b", "c"]  # the edge's task first, then goto's, a once, one Send
+    assert seen == [{"item": 1}]
+
+
+def test_the_next_superstep_of_a_command_is_checkpointed_and_a_resume_takes_it_up() -> None:
+    saver = MemorySaver()
+    app = (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("route", lambda s: Command(update={"log": "route"}, goto=Send("work", {"n": 2})),
+                  destinations=["work"])
+        .add_node("work", lambda payload: {"log": f"work {payload['n']}"})
+        .add_edge(START, "route").add_edge("work", END)
+        .compile(saver, interrupt_after=["route"])
+    )  # fmt: skip
+    app.invoke({}, CONFIG)
+    head = saver.get("t")
+    assert head is not None and head.next == ("work",) and head.pending is not None
+    assert head.pending["send"] == [[0, {"n": 2}]]
+    assert app.invoke(None, CONFIG)["log"] == ["route", "work 2"]
+
+
+def test_commands_from_async_and_retried_nodes_route_the_same_way() -> None:
+    attempts: list[int] = []
+
+    async def choose(state: Any) -> Command[Literal["done"]]:
+        return Command(update={"log": "async"}, goto="done")
+
+    def flaky(state: Any) -> Command[Literal["done"]]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("reset")
+        return Command(update={"log": "retried"}, goto="done")
+
+    for node, retry in ((choose, None), (flaky, RetryPolicy(backoff=0))):
+        app = (
+            StateGraph({"log": KeyStrategy.APPEND})
+            .add_node("choose", node, retry=retry)
+            .add_node("done", _log("done"))
+            .add_edge(START, "choose").add_edge("done", END)
+            .compile()
+        )  # fmt: skip
+        assert app.invoke({})["log"][-1] == "done"
+    assert len(attempts) == 2
+
+
+def test_bad_commands_and_graphs_are_refused_clearly() -> None:
+    def graph(action: Any, **node: Any) -> Any:
+        return (
+            StateGraph()
+            .add_node("n", action, **node).add_node("m", lambda s: None)
+            .add_edge(START, "n").add_edge("m", END)
+        )  # fmt: skip
+
+    with pytest.raises(GraphValidationError, match=r"'n'.*no outgoing edge.*destinations"):
+        graph(lambda s: Command(goto="m")).compile()
+    with pytest.raises(GraphValidationError, match="unknown node 'x'"):
+        graph(lambda s: Command(goto="m"), destinations=["m", "x"]).compile()
+    with pytest.raises(RouteError, match=r"Command\(goto='nowhere'\)"):
+        graph(lambda s: Command(goto="nowhere"), destinations=["m"]).compile().invoke({})
+    with pytest.raises(InvalidUpdateError, match="resume="):
+        graph(lambda s: Command(resume="yes", goto="m"), destinations=["m"]).compile().invoke({})
+    app = graph(lambda s: Command(goto="m"), destinations=["m"]).compile(MemorySaver())
+    app.invoke({}, CONFIG)
+    with pytest.raises(InvalidArgumentError, match="update_state"):
+        app.invoke(Command(update={"x": 1}), CONFIG)
+
+
+def test_a_handoff_cut_at_any_point_is_rewound(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    def make(saver: CheckpointSaver) -> Any:
+        def triage(state: Any) -> rx.Observable[Any]:
+            target = "billing" if "invoice" in state["log"][-1] else "support"
+            return rx.timer(1.0).pipe(ops.map(lambda _: Command(update={"log": f"-> {target}"}, goto=target)))
+
+        def slow(name: str) -> Callable[[Any], rx.Observable[dict[str, Any]]]:
+            return lambda state: rx.timer(2.0).pipe(ops.map(lambda _: {"log": name}))
+
+        return (
+            StateGraph({"log": KeyStrategy.APPEND})
+            .add_node("triage", triage, reduce=lambda chunks: chunks[-1], destinations=["billing", "support"])
+            .add_node("billing", slow("billing")).add_node("support", slow("support"))
+            .add_edge(START, "triage").add_edge("billing", END).add_edge("support", END)
+            .compile(saver, messages_key=None)
+        )  # fmt: skip
+
+    report = assert_cancellation_safe(
+        make,
+        [{"log": "my invoice"}, {"log": "it broke"}],
+        modes=("dispose", "timeout", "take_until"),
+        saver_factory=saver_factory,
+    )
+    assert len(report.points) > 20
