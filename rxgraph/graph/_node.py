@@ -308,6 +308,8 @@ def _as_chunks(name: str, result: Any, run: RunInfo) -> abc.ObservableBase[Any]:
     )
 
 
+_UPDATES = (Mapping, Command)  # what a node's update may be (besides None)
+
 ResultKind = Literal["update", "stream", "later"]
 UPDATE: ResultKind = "update"
 STREAM: ResultKind = "stream"
@@ -324,7 +326,7 @@ def classify(name: str, result: object) -> ResultKind:
         NodeInterrupt: the action returned one (an ``async def`` node may stop the run that way).
         InvalidUpdateError: the result is none of those.
     """
-    if result is None or isinstance(result, Mapping | Command):
+    if result is None or isinstance(result, _UPDATES):
         return UPDATE
     # An Observable is awaitable too (reactivex gives it __await__): it is a chunk stream, checked first.
     if isinstance(result, abc.ObservableBase):

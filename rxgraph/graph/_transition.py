@@ -198,12 +198,14 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
     else:
         plain: list[tuple[str, Sequence[Mapping[str, Any] | None]]] = []
         for name, updates in finished:
-            commands = [(name, one) for one in updates if isinstance(one, Command)]
-            if commands:
-                goto.extend(commands)
-                plain.append((name, [_update_of(name, one) if isinstance(one, Command) else one for one in updates]))
-            else:
+            for one in updates:
+                if isinstance(one, Command):
+                    break
+            else:  # the common case: no command among them
                 plain.append((name, cast("Sequence[Mapping[str, Any] | None]", updates)))
+                continue
+            goto.extend((name, one) for one in updates if isinstance(one, Command))
+            plain.append((name, [_update_of(name, one) if isinstance(one, Command) else one for one in updates]))
         state = schema.merge_superstep(at.state, plain)
         nodes = tuple(dict.fromkeys(name for name, _ in finished))
     tasks, joins = spec.advance(nodes, state, at.joins)
