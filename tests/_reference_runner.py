@@ -271,6 +271,18 @@ def pending_work(tasks: Sequence[Task], waiting: Mapping[int, frozenset[str]]) -
     return pending or None
 
 
+def finished_work(finished: Mapping[int, Sequence[Any]]) -> dict[str, Any]:
+    """What a checkpoint keeps of the branches that finished in a superstep that then failed: ``done``, each
+    branch's updates as ``["update", values]``, by its position as a string."""
+    return {"done": {str(index): [["update", frozen(u)] for u in updates] for index, updates in finished.items()}}
+
+
+def done_of(pending: Mapping[str, Any] | None) -> dict[int, tuple[Any, ...]]:
+    """The finished branches' updates a checkpoint's ``pending`` keeps (``finished_work`` read back)."""
+    stored = (pending or {}).get("done", {})
+    return {int(index): tuple(update for _, update in updates) for index, updates in stored.items()}
+
+
 def work_of(next_nodes: Sequence[str], pending: Mapping[str, Any] | None) -> tuple[tuple[Task, ...], Waiting]:
     """The tasks and waiting joins a checkpoint's ``next`` and ``pending`` describe (``pending_work`` read back)."""
     pending = pending or {}
@@ -309,6 +321,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         trampoline = CurrentThreadScheduler.singleton()
         terminated = [False]
         current: list[tuple[tuple[Task, ...], Waiting]] = [((), {})]  # the superstep to run, for a failure
+        finished_now: list[dict[int, Sequence[Any]]] = [{}]  # its branches that finished, for a failure
+        resumed_done: list[dict[int, tuple[Any, ...]]] = [{}]  # the branches a resume does not run again
         info = RunInfo(
             thread_id=config.thread_id, run_id=writer.run_id, context=config.context, loop_of=background_loop
         )
@@ -336,6 +350,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
             state: dict[str, Any] = dict(base.values) if base is not None else {}
             if input is None:
                 tasks, waiting = work_of(base.next, base.pending) if base is not None else ((), {})
+                resumed_done[0] = done_of(base.pending if base is not None else None)
                 return steps(tasks, state, 0, waiting)
             state = merge_update(strategies, state, input, "input")
             tasks, waiting = next_tasks(spec, (START,), state, {})
@@ -345,8 +360,10 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def steps(tasks: tuple[Task, ...], state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             if not tasks:
                 return rx.empty()
-            # What a failure from here on records: the superstep that did not land, so a resume runs it (whole).
+            # What a failure from here on records: the superstep that did not land, so a resume runs it again (but
+            # for the branches that finished, whose updates it keeps).
             current[0] = (tasks, waiting)
+            finished_now[0] = {}
             if count >= run_config.recursion_limit:
                 limit = run_config.recursion_limit
                 name = name_of(tasks[0])
@@ -358,28 +375,33 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def superstep(tasks: tuple[Task, ...], state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             view = MappingProxyType(state)
             results: list[Sequence[Any]] = [() for _ in tasks]
+            done, resumed_done[0] = resumed_done[0], {}  # only the first superstep of a resume has any
 
             def branch(index: int, task: Task) -> Observable[Any]:
                 def start_branch(_: Any) -> Observable[Any]:
                     name = name_of(task)
                     node = spec.nodes[name]
                     state_of: Any = frozen(task.arg) if isinstance(task, Send) else view
+                    if index in done:  # finished before the superstep failed: its updates as they were
+                        results[index] = finished_now[0][index] = done[index]
+                        return rx.empty(scheduler=ImmediateScheduler.singleton())
                     result = node.call(state_of, run_config, info)
                     if result is None or isinstance(result, Mapping):
                         # No chunks: the branch is done when its action returns, and frees its place at once.
-                        results[index] = (result,)
+                        results[index] = finished_now[0][index] = (result,)
                         return rx.empty(scheduler=ImmediateScheduler.singleton())
                     if not isinstance(result, abc.ObservableBase):
                         return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
                     chunks: list[Any] = []
 
-                    def done() -> None:
+                    def completed() -> None:
                         results[index] = updates_of(node, chunks, state_of)
+                        finished_now[0][index] = results[index]
 
                     return on_run_scheduler(result).pipe(
                         ops.do_action(chunks.append),
                         ops.map(lambda c: StreamingOutput(name, state_of, c)),
-                        ops.do_action(on_completed=done),
+                        ops.do_action(on_completed=completed),
                     )
 
                 return rx.defer(start_branch)
@@ -400,6 +422,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         ) -> Observable[Any]:
             if writer.cancelled:
                 return rx.empty()
+            finished_now[0] = {}  # every branch finished: a failure from here on is the superstep's, run again whole
             try:
                 state = merge_superstep(
                     strategies, state, [(name_of(task), updates) for task, updates in zip(tasks, results, strict=True)]
@@ -476,9 +499,10 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                     writer.rewind(error=text)
                 else:
                     tasks, waiting = current[0]
-                    writer.record_error(
-                        text, next_nodes=tuple(name_of(task) for task in tasks), pending=pending_work(tasks, waiting)
-                    )
+                    pending = pending_work(tasks, waiting)
+                    if finished_now[0] and len(tasks) > 1:  # a parallel superstep: its finished branches stay done
+                        pending = {**(pending or {}), **finished_work(dict(sorted(finished_now[0].items())))}
+                    writer.record_error(text, next_nodes=tuple(name_of(task) for task in tasks), pending=pending)
 
         def rewind_if_cut() -> None:
             if terminated[0] or spec.policy.on_cancel == "keep":

@@ -170,7 +170,7 @@ class RunEnd:
         group = run.group
         self.stop_steps()
         writer = run.writer
-        at = run.at.stopped_at(stop)
+        at = run.at.stopped_at(stop).with_done(group.finished() if group is not None else {})
         try:
             checkpoint = writer.commit_position(at, node=None, source="interrupt")
         except Exception as failure:
@@ -330,8 +330,9 @@ class RunEnd:
             if run.spec.policy.on_error == "rewind":
                 writer.rewind(error=text)
             else:
-                # A resume (stream(None)) runs the failed superstep again, whole.
-                writer.record_error(text, next_nodes=run.at.next_nodes, pending=run.at.pending())
+                # A resume (stream(None)) runs the failed superstep again, but the branches that had finished.
+                at = run.at.with_done(run.group.finished() if run.group is not None else {})
+                writer.record_error(text, next_nodes=at.next_nodes, pending=at.pending())
         except CheckpointConflictError as conflict:
             log.info(
                 "thread %r: run %s failed (%s); another writer moved the head to %s since, which stays",

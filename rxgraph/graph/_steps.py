@@ -304,6 +304,11 @@ class Superstep:
         step.index = index
         step._emit = self.emit
         self.steps.append(step)
+        done = run.at.done.get(index)
+        if done is not None:  # it finished before this superstep failed or stopped: its update, as it was
+            step.updates = done
+            step.on_completed()
+            return
         try:
             kind, result = run.open_step(node, view, index)
         except Exception as error:
@@ -334,6 +339,11 @@ class Superstep:
             self.pump()
         elif done:
             self.run.superstep_completed(self)
+
+    def finished(self) -> dict[int, tuple[Any, ...]]:
+        """The updates of the branches that have finished, by task index (kept if the superstep fails or stops)."""
+        with self.lock:
+            return {index: tuple(updates) for index, updates in enumerate(self.results) if updates is not None}
 
     def stop(self) -> None:
         for step in list(self.steps):

@@ -47,6 +47,7 @@ __all__ = [
 
 _NO_JOINS: JoinProgress = MappingProxyType({})
 _NO_PROGRESS: Mapping[int, Mapping[str, Any]] = MappingProxyType({})
+_NO_DONE: Mapping[int, tuple[Any, ...]] = MappingProxyType({})
 
 Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | Command[Any] | None]]]
 """What a superstep's tasks returned: ``(node, its updates)`` per task, in task order (a ``Command`` among them
@@ -65,6 +66,8 @@ class Position(NamedTuple):
         stop: the stop the run makes here instead of running ``tasks``, if one.
         progress: the inner state of the subgraph tasks of ``tasks``, by task index (a subgraph that saved its
             progress goes on from there).
+        done: the updates of the tasks of ``tasks`` that finished in a superstep that then failed or stopped for a
+            human, by task index: the superstep runs again without them, and merges their updates as they were.
     """
 
     state: Mapping[str, Any]
@@ -72,6 +75,7 @@ class Position(NamedTuple):
     joins: JoinProgress = _NO_JOINS
     stop: PendingInterrupt | None = None
     progress: Mapping[int, Mapping[str, Any]] = _NO_PROGRESS
+    done: Mapping[int, tuple[Any, ...]] = _NO_DONE
 
     @property
     def next_nodes(self) -> tuple[str, ...]:
@@ -80,7 +84,8 @@ class Position(NamedTuple):
 
     def pending(self) -> dict[str, Any] | None:
         """A checkpoint's ``pending`` here: the payloads of ``Send`` tasks (by their index in ``next``), the joins
-        that are waiting, the stop, the subgraph tasks' progress. None when there is nothing."""
+        that are waiting, the stop, the subgraph tasks' progress, the finished tasks' updates. None when there is
+        nothing."""
         pending: dict[str, Any] = {}
         sends = [[index, task.arg] for index, task in enumerate(self.tasks) if type(task) is Send]
         if sends:
@@ -91,7 +96,15 @@ class Position(NamedTuple):
             pending["interrupt"] = self.stop.to_pending()
         if self.progress:
             pending["subgraph"] = {str(index): inner for index, inner in sorted(self.progress.items())}
+        if self.done:
+            pending["done"] = {
+                str(index): [_stored(update) for update in updates] for index, updates in sorted(self.done.items())
+            }
         return pending or None
+
+    def with_done(self, done: Mapping[int, tuple[Any, ...]]) -> Position:
+        """This position, with the tasks in ``done`` (index: updates) finished (see ``done``)."""
+        return self._replace(done=MappingProxyType({**self.done, **done})) if done else self
 
     def with_progress(self, index: int, inner: Mapping[str, Any]) -> Position:
         """This position, with task ``index`` (a subgraph) having reached the inner state ``inner``."""
@@ -152,13 +165,38 @@ def position_of(checkpoint: Checkpoint | None) -> Position:
     joins = {int(index): frozenset(sources) for index, sources in pending.get("joins", {}).items()}
     stored = pending.get("interrupt")
     progress = {int(index): inner for index, inner in (pending.get("subgraph") or {}).items()}
+    done = {
+        int(index): tuple(_read(update) for update in updates) for index, updates in pending.get("done", {}).items()
+    }
     return Position(
         dict(checkpoint.values),
         tuple(tasks),
         MappingProxyType(joins) if joins else _NO_JOINS,
         PendingInterrupt.from_pending(stored) if stored is not None else None,
         MappingProxyType(progress) if progress else _NO_PROGRESS,
+        MappingProxyType(done) if done else _NO_DONE,
     )
+
+
+def _stored(update: Mapping[str, Any] | Command[Any] | None) -> list[Any]:
+    """A finished task's update as ``pending["done"]`` keeps it: ``["update", values]``, or for a ``Command``
+    ``["command", values, goto]`` with each ``Send`` of ``goto`` as ``["send", node, arg]``."""
+    if not isinstance(update, Command):
+        return ["update", freeze(update)]
+    goto = update.goto
+    targets = (goto,) if isinstance(goto, str | Send) else goto
+    return [
+        "command",
+        freeze(update.update),
+        [["send", target.node, freeze(target.arg)] if isinstance(target, Send) else target for target in targets],
+    ]
+
+
+def _read(stored: Sequence[Any]) -> Mapping[str, Any] | Command[Any] | None:
+    if stored[0] == "update":
+        return cast("Mapping[str, Any] | None", stored[1])
+    goto = [Send(target[1], target[2]) if not isinstance(target, str) else target for target in stored[2]]
+    return Command(update=stored[1], goto=goto)
 
 
 def after_input(spec: GraphSpec, values: Mapping[str, Any], input: Mapping[str, Any]) -> Position:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+import pytest
 import reactivex as rx
 from _reference_runner import reference_stream
 from hypothesis import HealthCheck, given, settings
@@ -504,3 +505,53 @@ def test_the_reference_itself_keeps_send_payloads_and_a_waiting_join() -> None:
         "hits": 5,
         "by": {"b0": 2, "b1": 2, "c0": 2},
     }
+
+
+@pytest.mark.parametrize("finished_first", [True, False], ids=["sibling-finished", "sibling-after"])
+def test_a_failed_superstep_keeps_its_finished_branches_and_its_resume_runs_the_rest_in_both(
+    finished_first: bool,
+) -> None:
+    # Pending writes, after LangGraph's test_pending_writes_resume: a branch that finished before its sibling failed
+    # is not run again by the resume; its update is merged as it was, in task order. Both runners, compared.
+    def observe(stream: Callable[[CompiledGraph, Any, RunnableConfig], rx.Observable[Any]]) -> dict[str, Any]:
+        calls: list[str] = []
+
+        def branch(name: str, fails: bool) -> Callable[[Any], dict[str, Any]]:
+            def action(state: Any) -> dict[str, Any]:
+                calls.append(name)
+                if fails and calls.count(name) == 1:
+                    raise ConnectionError(f"{name} failed")
+                return {"log": name}
+
+            return action
+
+        graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("split", lambda s: {"log": "split"})
+        first, second = ("ok", "bad") if finished_first else ("bad", "ok")
+        graph.add_node(first, branch(first, first == "bad")).add_node(second, branch(second, second == "bad"))
+        graph.add_edge(START, "split").add_edge("split", first).add_edge("split", second)
+        app = graph.add_edge([first, second], "done").add_node("done", lambda s: {"log": "done"})
+        app = app.add_edge("done", END).compile(MemorySaver())
+        config = RunnableConfig(thread_id="t")
+        events: list[Any] = []
+        for input in ({"log": "in"}, None):
+            stream(app, input, config).subscribe(
+                lambda o: events.append((type(o).__name__, o.node)),
+                lambda error: events.append(("error", str(error))),
+                lambda: events.append(("completed",)),
+            )
+        history = [
+            (c.seq, c.node, c.source, c.next, dict(c.pending or {}), dict(c.values))
+            for c in reversed(app.checkpointer.list("t"))
+        ]
+        return {"events": events, "history": history, "calls": calls}
+
+    real = observe(lambda app, input, config: app.stream(input, config))
+    reference = observe(reference_stream)
+    # What they emit and write; not which actions were called (the reference's merge may still start a sibling
+    # after the failure, whose result is dropped).
+    assert (real["events"], real["history"]) == (reference["events"], reference["history"])
+    order = ["ok", "bad"] if finished_first else ["bad", "ok"]
+    assert real["history"][-1][5]["log"] == ["in", "split", *order, "done"]  # task order, whatever ran when
+    error_record = next(entry for entry in real["history"] if entry[2] == "error")
+    assert error_record[4].get("done") == ({"0": [["update", {"log": "ok"}]]} if finished_first else None)
+    assert real["calls"].count("ok") == 1  # never run twice: kept when it had finished, run by the resume if not
