@@ -82,3 +82,29 @@ def test_a_subgraph_inside_an_agent_turn_has_no_violations(saver_factory: Callab
     inputs = [{"messages": [UserMessage(content="Weather in Paris?")]}, {"messages": [UserMessage(content="Thanks")]}]
     report = assert_cancellation_safe(make, inputs, modes=ALL_MODES, saver_factory=saver_factory)
     assert len(report.points) > 30
+
+
+def test_a_failed_superstep_kept_branch_and_its_resume_have_no_violations(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # Pending writes under cancellation: turn 1 fails in a parallel superstep after one branch finished (kept in the
+    # error checkpoint), turn 2 resumes it (runs only the other branch). A cut resume rewinds to the error checkpoint,
+    # pending work included.
+    def make(saver: CheckpointSaver) -> Any:
+        failures = iter([ConnectionError("flaky")])
+
+        def flaky(state: Any) -> rx.Observable[dict[str, Any]]:
+            error = next(failures, None)
+            tick = rx.timer(2.0)
+            if error is not None:
+                return tick.pipe(ops.flat_map(lambda _: rx.throw(error)))
+            return tick.pipe(ops.map(lambda _: {"log": "flaky"}))
+
+        graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("split", _timed("split", 1.0))
+        graph.add_node("quick", _timed("quick", 1.0)).add_node("flaky", flaky).add_node("join", _timed("join", 1.0))
+        graph.add_edge(START, "split").add_edge("split", "quick").add_edge("split", "flaky")
+        graph.add_edge(["quick", "flaky"], "join").add_edge("join", END)
+        return graph.compile(saver, messages_key=None)
+
+    report = assert_cancellation_safe(make, [{"log": "turn 1"}, None], modes=ALL_MODES, saver_factory=saver_factory)
+    assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 15
