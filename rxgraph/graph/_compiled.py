@@ -116,8 +116,9 @@ class CompiledGraph:
         scheduler in the config, advances it until then.
 
         A run that stopped for a human returns the state it keeps for the resume, with the stop under
-        ``"__interrupt__"``: a tuple of one ``PendingInterrupt`` (its ``value`` is what was asked). Resume with
-        ``invoke(Command(resume=answer), config)``.
+        ``"__interrupt__"``: a tuple of its ``PendingInterrupt``s (one per node that asked; each ``value`` is what was
+        asked). Resume with ``invoke(Command(resume=answer), config)``, or, for several,
+        ``Command(resume={interrupt.id: answer, ...})``.
 
         Called from a node of another run (a node that runs a graph of its own), it works as anywhere else: the
         inner run starts on a worker thread when the node runs inside a run's trampoline, which this call would
@@ -145,12 +146,17 @@ class CompiledGraph:
         if resumable and isinstance(input, Mapping | None) and self._waits_on_interrupt(config):
             answer = interrupt(None)  # the outer run was resumed with the answer to this thread's question
             input = Command(resume=answer)
-        values, stop = self._run_to_end(input, config)
-        while stop is not None and resumable:
-            # The question goes up to the outer run (NodeInterrupt); on its resume the answer comes back here.
-            values, stop = self._run_to_end(Command(resume=interrupt(stop.value)), config)
-        if stop is not None:
-            values["__interrupt__"] = (stop,)
+        values, stops = self._run_to_end(input, config)
+        while stops and resumable:
+            # The questions go up to the outer run (NodeInterrupt); on its resume the answers come back here.
+            if len(stops) == 1:
+                answer = Command(resume=interrupt(stops[0].value))
+            else:
+                answers = interrupt({stop.id: stop.value for stop in stops})
+                answer = Command(resume=answers)
+            values, stops = self._run_to_end(answer, config)
+        if stops:
+            values["__interrupt__"] = stops
         return values
 
     def _waits_on_interrupt(self, config: RunnableConfig) -> bool:
@@ -161,8 +167,8 @@ class CompiledGraph:
 
     def _run_to_end(
         self, input: Mapping[str, Any] | Command[Any] | None, config: RunnableConfig
-    ) -> tuple[dict[str, Any], PendingInterrupt | None]:
-        """Run, block until the run ended, and return its final values and the stop it ended on, if any."""
+    ) -> tuple[dict[str, Any], tuple[PendingInterrupt, ...]]:
+        """Run, block until the run ended, and return its final values and the stops it ended on, if any."""
         final: list[Mapping[str, Any]] = []
         errors: list[Exception] = []
         stops: list[PendingInterrupt] = []
@@ -197,7 +203,7 @@ class CompiledGraph:
         done.wait()
         if errors:
             raise errors[0]
-        return dict(final[0]), stops[-1] if stops else None
+        return dict(final[0]), tuple(stops)
 
     def astream(
         self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None

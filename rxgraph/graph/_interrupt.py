@@ -74,6 +74,13 @@ class PendingInterrupt:
     resumes: tuple[Any, ...] = ()
     subgraph: Mapping[str, Any] | None = None
 
+    @property
+    def id(self) -> str:
+        """A stable id for this question: its task's index, its node, and which ``interrupt()`` call of the node it
+        is (or ``before`` / ``after``). ``Command(resume={id: answer, ...})`` answers several pending interrupts."""
+        which = str(len(self.resumes)) if self.when == "inside" else self.when
+        return f"{self.task}:{self.node}:{which}"
+
     def to_pending(self) -> dict[str, Any]:
         return {
             "node": self.node,

@@ -181,7 +181,19 @@ class StateSnapshot:
 
     @property
     def interrupt(self) -> PendingInterrupt | None:
-        """The interrupt the thread waits on at this checkpoint, if one (resume it with ``Command``)."""
+        """The interrupt the thread waits on at this checkpoint, if one (the first, when several nodes of one
+        superstep asked: see ``interrupts``). Resume it with ``Command``."""
         pending = self.checkpoint.pending if self.checkpoint is not None else None
         stored = pending.get("interrupt") if pending else None
         return PendingInterrupt.from_pending(stored) if stored is not None else None
+
+    @property
+    def interrupts(self) -> tuple[PendingInterrupt, ...]:
+        """Every interrupt the thread waits on at this checkpoint, in task order: several when several nodes of one
+        superstep called ``interrupt()``. Answer them with ``Command(resume={interrupt.id: answer, ...})``."""
+        first = self.interrupt
+        if first is None:
+            return ()
+        pending = self.checkpoint.pending if self.checkpoint is not None else None
+        others = (pending or {}).get("interrupts", ())
+        return (first, *(PendingInterrupt.from_pending(other) for other in others))

@@ -68,6 +68,8 @@ from ._writer import ThreadWriter
 
 __all__ = ["Run"]
 
+_NO_ANSWERS: Mapping[int, PendingInterrupt] = MappingProxyType({})
+
 
 class Run:
     """One run of a compiled graph for one subscriber, from its subscription to its end. Created per subscription
@@ -131,7 +133,7 @@ class Run:
         self.closed = False  # no step may start any more: the run ended (any way), or is being cancelled
         # Where the run stands: between supersteps, or the position the running superstep started from.
         self.at = Position(MappingProxyType({}))
-        self.answering: PendingInterrupt | None = None  # the interrupt inside a node that this run answers
+        self.answering: Mapping[int, PendingInterrupt] = _NO_ANSWERS  # the interrupts inside nodes it answers
         self.steps = 0
         self.step: Step | None = None
         self.group: Superstep | None = None  # the parallel superstep running now, if one
@@ -249,8 +251,8 @@ class Run:
     def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
         """Call a node's action inside its scope: the answers to its ``interrupt()`` calls when this run resumes it,
         the inner state a subgraph node goes on with, and where a subgraph saves its progress."""
-        answering = self.answering
-        if answering is not None and answering.task == index and answering.node == node.name:
+        answering = self.answering.get(index)
+        if answering is not None and answering.node == node.name:
             resumes, inner = answering.resumes, answering.subgraph
         else:
             resumes, inner = (), self.at.progress.get(index)
@@ -372,6 +374,9 @@ class Run:
     def _superstep_tail(self, group: Superstep) -> bool:
         """Land the superstep: its branches' updates merged in task order, one checkpoint, a NodeOutput per task."""
         if self.closed or self.writer.cancelled:
+            return False
+        if group.asked:  # some branches called interrupt(): the superstep stops for them all
+            self.end.stop_for_human([(error, index, node) for index, (node, error) in group.asked.items()])
             return False
         finished = [(task_node(task), updates or ()) for task, updates in zip(group.tasks, group.results, strict=True)]
         self.group = None

@@ -38,7 +38,7 @@ once, and ``finished`` (wired with ``do_finally``, after the whole upstream was 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -86,7 +86,7 @@ class EndHost(Protocol):
     def at(self) -> Position: ...
 
     @property
-    def answering(self) -> PendingInterrupt | None: ...
+    def answering(self) -> Mapping[int, PendingInterrupt]: ...
 
     @property
     def writer(self) -> ThreadWriter: ...
@@ -155,22 +155,19 @@ class RunEnd:
             run.on_final_state(MappingProxyType(run.at.state))
         run.observer.on_completed()
 
-    def stop_for_human(self, error: NodeInterrupt, index: int, node: str) -> None:
-        """Task ``index`` (node ``node``) called ``interrupt(value)``: stop the superstep (its other branches are
-        disposed), write the state before it with the interrupt pending, tell the subscriber, and end as a
-        completed run."""
+    def stop_for_human(self, asked: Sequence[tuple[NodeInterrupt, int, str]]) -> None:
+        """Tasks called ``interrupt(value)`` (``(error, task index, node)`` each): stop the superstep (a branch still
+        running is disposed), write the state before it with the questions pending and the finished branches kept,
+        tell the subscriber (an ``InterruptOutput`` per question, in task order), and end as a completed run."""
         run = self.run
-        answering = run.answering
-        answered = answering.resumes[: error.index] if answering is not None and answering.task == index else ()
-        subgraph: Any = error.subgraph
-        stop = PendingInterrupt(node, "inside", error.value, index, answered, subgraph)
+        stops = [self._question(error, index, node) for error, index, node in sorted(asked, key=lambda a: a[1])]
         run.closed = True
         if not self.claim():
             return
         group = run.group
         self.stop_steps()
         writer = run.writer
-        at = run.at.stopped_at(stop).with_done(group.finished() if group is not None else {})
+        at = run.at.stopped_at(stops[0], tuple(stops[1:])).with_done(group.finished() if group is not None else {})
         try:
             checkpoint = writer.commit_position(at, node=None, source="interrupt")
         except Exception as failure:
@@ -184,12 +181,13 @@ class RunEnd:
         if checkpoint is None and writer.saver is not None:
             self._end_abnormally()  # cancelled meanwhile: the turn is undone like any cancelled one
             return
-        output = InterruptOutput(node, MappingProxyType(run.at.state), stop)
         try:
-            if group is not None:
-                group.emit(output)
-            else:
-                run.observer.on_next(output)
+            for stop in stops:
+                output = InterruptOutput(stop.node, MappingProxyType(run.at.state), stop)
+                if group is not None:
+                    group.emit(output)
+                else:
+                    run.observer.on_next(output)
         except Exception as failure:
             run.writer.mark_cancelled()
             self._end_abnormally()
@@ -200,13 +198,22 @@ class RunEnd:
             run.on_final_state(MappingProxyType(run.at.state))
         run.observer.on_completed()
 
-    def node_failed(self, error: Exception, index: int, node: str) -> None:
+    def _question(self, error: NodeInterrupt, index: int, node: str) -> PendingInterrupt:
+        answering = self.run.answering.get(index)
+        answered = answering.resumes[: error.index] if answering is not None else ()
+        subgraph: Any = error.subgraph
+        return PendingInterrupt(node, "inside", error.value, index, answered, subgraph)
+
+    def node_failed(self, error: Exception, index: int, node: str, group: Superstep | None = None) -> None:
         """Task ``index`` (node ``node``) raised ``error`` (or its stream failed with it): the one way a node's error
-        reaches the end — a ``NodeInterrupt`` stops the run for a human, anything else fails it."""
-        if isinstance(error, NodeInterrupt):
-            self.stop_for_human(error, index, node)
-        else:
+        reaches the end — a ``NodeInterrupt`` stops the run for a human (in a parallel superstep, once its other
+        branches have ended too: ``Superstep.branch_asked``), anything else fails it."""
+        if not isinstance(error, NodeInterrupt):
             self.fail(error)
+        elif group is not None:
+            group.branch_asked(index, node, error)
+        else:
+            self.stop_for_human([(error, index, node)])
 
     def fail(self, error: Exception) -> None:
         """A node, the tail or the base read failed: end the run with ``error``, after the error policy's cleanup."""

@@ -19,6 +19,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, SerialDisposable
 
 from .._frozen import freeze
+from ..errors import NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ..rx._subscribe import subscribe_source
 from ._edges import Task, task_node
@@ -50,7 +51,7 @@ SUBSCRIBING, COMPLETED_WHILE_SUBSCRIBING, WAITING = 0, 1, 2
 class _Ends(Protocol):
     def fail(self, error: Exception) -> None: ...
 
-    def node_failed(self, error: Exception, index: int, node: str) -> None: ...
+    def node_failed(self, error: Exception, index: int, node: str, group: Superstep | None = None) -> None: ...
 
     def subscriber_failed(self, error: Exception) -> None: ...
 
@@ -165,7 +166,7 @@ class Step:
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
             self.stopped = True
-            self.run.end.node_failed(error, self.index, self._name)
+            self.run.end.node_failed(error, self.index, self._name, self.group)
 
     def on_completed(self) -> None:
         if not self.stopped:
@@ -242,6 +243,7 @@ class Superstep:
 
     __slots__ = (
         "active",
+        "asked",
         "disposables",
         "emit_lock",
         "limit",
@@ -269,6 +271,7 @@ class Superstep:
         self.limit = run.spec.max_concurrency or len(tasks)
         self.phase = SUBSCRIBING
         self.remaining = len(tasks)
+        self.asked: dict[int, tuple[str, NodeInterrupt]] = {}  # the branches that called interrupt(), by index
         self.started = 0
         self.active = 0
         self.pumping = False
@@ -320,14 +323,25 @@ class Superstep:
         elif not run.closed:
             self.disposables.add(run.subscribe_step(step, result, late=kind is LATER))
 
+    def branch_asked(self, index: int, node: str, error: NodeInterrupt) -> None:
+        """Branch ``index`` (node ``node``) called ``interrupt()``: the others go on; once all have ended, the
+        superstep stops for every question asked (``asked``), keeping the branches that finished."""
+        with self.lock:
+            self.asked[index] = (node, error)
+        self._ended(index, None)
+
     def branch_done(self, step: Step) -> None:
         try:
             updates = step.result()
         except Exception as error:
             self.run.end.fail(error)
             return
+        self._ended(step.index, updates)
+
+    def _ended(self, index: int, updates: Any) -> None:
         with self.lock:
-            self.results[step.index] = updates
+            if updates is not None:
+                self.results[index] = updates
             self.remaining -= 1
             self.active -= 1
             done = self.remaining == 0

@@ -21,7 +21,7 @@ The run (``_run.py``) decides *when* to move and writes what these functions ret
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple, cast
 
@@ -48,6 +48,7 @@ __all__ = [
 _NO_JOINS: JoinProgress = MappingProxyType({})
 _NO_PROGRESS: Mapping[int, Mapping[str, Any]] = MappingProxyType({})
 _NO_DONE: Mapping[int, tuple[Any, ...]] = MappingProxyType({})
+_NO_ANSWERS: Mapping[int, PendingInterrupt] = MappingProxyType({})
 
 Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | Command[Any] | None]]]
 """What a superstep's tasks returned: ``(node, its updates)`` per task, in task order (a ``Command`` among them
@@ -68,6 +69,8 @@ class Position(NamedTuple):
             progress goes on from there).
         done: the updates of the tasks of ``tasks`` that finished in a superstep that then failed or stopped for a
             human, by task index: the superstep runs again without them, and merges their updates as they were.
+        others: the questions other tasks of the superstep asked besides ``stop`` (several nodes of one superstep
+            called ``interrupt()``), in task order.
     """
 
     state: Mapping[str, Any]
@@ -76,6 +79,7 @@ class Position(NamedTuple):
     stop: PendingInterrupt | None = None
     progress: Mapping[int, Mapping[str, Any]] = _NO_PROGRESS
     done: Mapping[int, tuple[Any, ...]] = _NO_DONE
+    others: tuple[PendingInterrupt, ...] = ()
 
     @property
     def next_nodes(self) -> tuple[str, ...]:
@@ -94,6 +98,8 @@ class Position(NamedTuple):
             pending["joins"] = {str(index): sorted(sources) for index, sources in self.joins.items()}
         if self.stop is not None:
             pending["interrupt"] = self.stop.to_pending()
+        if self.others:
+            pending["interrupts"] = [other.to_pending() for other in self.others]
         if self.progress:
             pending["subgraph"] = {str(index): inner for index, inner in sorted(self.progress.items())}
         if self.done:
@@ -110,9 +116,15 @@ class Position(NamedTuple):
         """This position, with task ``index`` (a subgraph) having reached the inner state ``inner``."""
         return self._replace(progress=MappingProxyType({**self.progress, index: inner}))
 
-    def stopped_at(self, stop: PendingInterrupt) -> Position:
-        """This position, stopped by ``stop`` (its superstep runs again, whole, when the thread is resumed)."""
-        return self._replace(stop=stop)
+    def stopped_at(self, stop: PendingInterrupt, others: tuple[PendingInterrupt, ...] = ()) -> Position:
+        """This position, stopped by ``stop`` (and ``others``, more questions of its superstep): the superstep runs
+        again when the thread is resumed (but its ``done`` tasks)."""
+        return self._replace(stop=stop, others=others)
+
+    @property
+    def stops(self) -> tuple[PendingInterrupt, ...]:
+        """Every stop here: ``stop`` and ``others``, in task order."""
+        return (self.stop, *self.others) if self.stop is not None else ()
 
 
 def check_resumable(
@@ -175,6 +187,7 @@ def position_of(checkpoint: Checkpoint | None) -> Position:
         PendingInterrupt.from_pending(stored) if stored is not None else None,
         MappingProxyType(progress) if progress else _NO_PROGRESS,
         MappingProxyType(done) if done else _NO_DONE,
+        tuple(PendingInterrupt.from_pending(other) for other in pending.get("interrupts", ())),
     )
 
 
@@ -301,14 +314,15 @@ class Resumed:
 
     Attributes:
         at: the position it goes on from.
-        answering: the interrupt inside a node that this run answers (with its answers so far and the new one).
+        answering: the interrupts inside nodes that this run answers (with their answers so far and the new one; a
+            question left unanswered, with its answers so far), by task index.
         record: the ``(node, source)`` of a checkpoint to write before the run goes on, if one: the stop after a
             node moved on to a stop before the next superstep (``(None, "interrupt")``), or the run stopped after its
             last node and is over (``(node, "loop")``).
     """
 
     at: Position
-    answering: PendingInterrupt | None = None
+    answering: Mapping[int, PendingInterrupt] = field(default_factory=lambda: _NO_ANSWERS)
     record: tuple[str | None, CheckpointSource] | None = None
 
 
@@ -319,9 +333,9 @@ def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resum
     waiting = at.stop
     if waiting is None:
         return Resumed(at)
-    at = at._replace(stop=None)
+    at = at._replace(stop=None, others=())
     if waiting.when == "inside":
-        return Resumed(at, answering=replace(waiting, resumes=(*waiting.resumes, freeze(answer))))
+        return Resumed(at, answering=_answers(base.thread_id, (waiting, *position_of(base).others), answer))
     if waiting.when == "after":
         stop = _stop_before(spec, at.tasks)
         if stop is not None:  # the next superstep has a stop before it too: the run stops there
@@ -329,6 +343,36 @@ def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resum
         if not at.tasks:  # it stopped after the last node: answered, the run is over, and the thread says so
             return Resumed(at._replace(progress=_NO_PROGRESS), record=(waiting.node, "loop"))
     return Resumed(at)
+
+
+def _answers(thread_id: str, asked: tuple[PendingInterrupt, ...], answer: Any) -> Mapping[int, PendingInterrupt]:
+    """The questions ``asked`` (of one superstep) with their answers so far and ``answer``, by task index: one
+    question takes ``answer`` itself (or ``{its id: answer}``); several take a mapping of their ids to answers, and a
+    question it leaves out is asked again.
+
+    Raises:
+        InvalidArgumentError: several questions and ``answer`` is not a mapping of some of their ids, or it names an
+            id that is not pending.
+    """
+    ids = {question.id: question for question in asked}
+    if isinstance(answer, Mapping) and answer and all(key in ids for key in answer):
+        chosen = dict(answer)
+    elif len(asked) == 1:
+        chosen = {asked[0].id: answer}
+    else:
+        raise InvalidArgumentError(
+            f"thread {thread_id!r} waits on {len(asked)} interrupts ({sorted(ids)}): answer them with "
+            "Command(resume={interrupt_id: answer, ...}) (one left out is asked again)",
+            argument="input",
+        )
+    return MappingProxyType(
+        {
+            question.task: replace(question, resumes=(*question.resumes, freeze(chosen[question.id])))
+            if question.id in chosen
+            else question
+            for question in asked
+        }
+    )
 
 
 def after_update(

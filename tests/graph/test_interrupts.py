@@ -185,10 +185,11 @@ def test_an_interrupt_in_a_parallel_superstep_keeps_the_finished_branches_and_on
     assert isinstance(stop, InterruptOutput) and stop.interrupt.task == 1
     assert app.get_state(config).next == ("x", "asks", "z")
     done = app.get_state(config).checkpoint.pending["done"]  # type: ignore[union-attr]
-    assert done == {"0": [["update", {"log": "x"}]]}  # x had finished: its update is kept
+    assert done == {"0": [["update", {"log": "x"}]], "2": [["update", {"log": "z"}]]}  # x and z finished: kept
     assert app.invoke(Command(resume="fine"), config)["log"] == ["a", "x", "asks:fine", "z"]
-    # x does not run again (after LangGraph's pending writes); z never started the first time: asks stopped the step
-    assert runs == ["a", "x", "asks", "asks", "z"]
+    # The superstep went on after the question (its other branches ran), and x and z do not run again (after
+    # LangGraph's pending writes): only the node that asked runs again.
+    assert runs == ["a", "x", "asks", "z", "asks"]
 
 
 def test_an_interrupt_survives_the_process_on_a_sqlite_file(tmp_path: Path) -> None:
@@ -357,3 +358,63 @@ def test_a_node_may_catch_other_errors_around_interrupt_and_re_raise_node_interr
     assert isinstance(_outputs(app, {"q": 1}, config)[-1], InterruptOutput)
     _outputs(app, Command(resume="yes"), config)
     assert app.get_state(config).values["answer"] == "yes"
+
+
+def _two_askers(saver: CheckpointSaver, runs: list[str]) -> CompiledGraph:
+    """a -> (ask_x, ask_y, plain) in parallel -> END; both askers call interrupt()."""
+
+    def asker(name: str) -> Callable[[Any], dict[str, Any]]:
+        def action(state: Any) -> dict[str, Any]:
+            runs.append(name)
+            return {"log": f"{name}:{interrupt(f'{name}?')}"}
+
+        return action
+
+    def plain(state: Any) -> dict[str, Any]:
+        runs.append("plain")
+        return {"log": "plain"}
+
+    graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("a", lambda s: {"log": "a"})
+    graph.add_node("ask_x", asker("ask_x")).add_node("ask_y", asker("ask_y")).add_node("plain", plain)
+    for name in ("ask_x", "ask_y", "plain"):
+        graph.add_edge("a", name).add_edge(name, END)
+    return graph.add_edge(START, "a").compile(saver)
+
+
+def test_two_parallel_interrupts_are_both_pending_with_ids_and_a_map_answers_both(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # After LangGraph's test_parallel_interrupts / test_multiple_interrupts_resume_map: every question of the
+    # superstep is pending at once, each with its own id, and Command(resume={id: answer}) answers several.
+    runs: list[str] = []
+    app = _two_askers(saver_factory(), runs)
+    config = RunnableConfig(thread_id="t")
+    outputs = _outputs(app, {"log": "in"}, config)
+    asked = [o.interrupt for o in outputs if isinstance(o, InterruptOutput)]
+    assert [(i.node, i.value, i.id) for i in asked] == [
+        ("ask_x", "ask_x?", "0:ask_x:0"),
+        ("ask_y", "ask_y?", "1:ask_y:0"),
+    ]
+    state = app.get_state(config)
+    assert state.interrupts == tuple(asked) and state.interrupt == asked[0]
+    with pytest.raises(InvalidArgumentError, match=r"waits on 2 interrupts"):
+        app.invoke(Command(resume="one answer for two"), config)
+    result = app.invoke(Command(resume={asked[0].id: "yes", asked[1].id: "no"}), config)
+    assert result["log"] == ["in", "a", "ask_x:yes", "ask_y:no", "plain"]
+    assert runs == ["ask_x", "ask_y", "plain", "ask_x", "ask_y"]  # plain finished the first time: kept, not rerun
+    assert app.get_state(config).interrupts == ()
+
+
+def test_answering_one_of_two_parallel_interrupts_asks_the_other_again(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    runs: list[str] = []
+    app = _two_askers(saver_factory(), runs)
+    config = RunnableConfig(thread_id="t")
+    app.invoke({"log": "in"}, config)
+    first, second = app.get_state(config).interrupts
+    stopped = app.invoke(Command(resume={first.id: "yes"}), config)
+    assert [i.id for i in stopped["__interrupt__"]] == [second.id]  # ask_x answered and kept; ask_y asks again
+    assert app.get_state(config).checkpoint.pending["done"]["0"] == [["update", {"log": "ask_x:yes"}]]  # type: ignore[union-attr]
+    assert app.invoke(Command(resume="no"), config)["log"] == ["in", "a", "ask_x:yes", "ask_y:no", "plain"]
+    assert runs == ["ask_x", "ask_y", "plain", "ask_x", "ask_y", "ask_y"]

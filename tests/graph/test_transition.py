@@ -117,6 +117,10 @@ _positions = st.builds(
             max_size=2,
         ).map(tuple),
     ).map(MappingProxyType),
+    st.lists(
+        st.builds(PendingInterrupt, st.sampled_from("abcd"), st.just("inside"), st.integers(), st.integers(0, 3)),
+        max_size=2,
+    ).map(tuple),
 )
 
 
@@ -146,7 +150,7 @@ def test_a_resume_inside_a_node_answers_it_and_clears_the_stop() -> None:
     base = _checkpoint({"x": 1}, ("c", "b"), Position({}, ("c", "b"), stop=stop).pending())
     resumed = after_resume(_spec(), base, "second")
     assert resumed.at.tasks == ("c", "b") and resumed.at.stop is None and resumed.record is None
-    assert resumed.answering == PendingInterrupt("b", "inside", "ok?", task=1, resumes=("first", "second"))
+    assert resumed.answering == {1: PendingInterrupt("b", "inside", "ok?", task=1, resumes=("first", "second"))}
 
 
 def test_a_resume_after_a_node_stops_again_before_the_next_or_ends_the_run() -> None:

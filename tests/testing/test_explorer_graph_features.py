@@ -10,7 +10,7 @@ import reactivex as rx
 from _weather_turn import ANSWER, get_weather
 from reactivex import operators as ops
 
-from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, Send, StateGraph
+from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, Send, StateGraph, interrupt
 from rxgraph.agent import Approve, ReactAgent, tool
 from rxgraph.messages import UserMessage
 from rxgraph.testing import ScriptedChatModel, assert_cancellation_safe, finish, marbles, text, tool_call
@@ -108,3 +108,27 @@ def test_a_failed_superstep_kept_branch_and_its_resume_have_no_violations(
 
     report = assert_cancellation_safe(make, [{"log": "turn 1"}, None], modes=ALL_MODES, saver_factory=saver_factory)
     assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 15
+
+
+def test_two_parallel_interrupts_and_their_answers_have_no_violations(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    # Parallel interrupts under cancellation: two branches ask (after a tick each), a third finishes; the next turn
+    # answers both with a map of their ids. A cut answer rewinds to the two questions, the finished branch kept.
+    def make(saver: CheckpointSaver) -> Any:
+        def asker(name: str) -> Callable[[Any], rx.Observable[dict[str, Any]]]:
+            def action(state: Any) -> rx.Observable[dict[str, Any]]:
+                answer = interrupt(f"{name}?")
+                return rx.timer(1.0).pipe(ops.map(lambda _: {"log": f"{name}:{answer}"}))
+
+            return action
+
+        graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("a", _timed("a", 1.0))
+        graph.add_node("x", asker("x")).add_node("y", asker("y")).add_node("plain", _timed("plain", 2.0))
+        for name in ("x", "y", "plain"):
+            graph.add_edge("a", name).add_edge(name, END)
+        return graph.add_edge(START, "a").compile(saver, messages_key=None)
+
+    answers = Command(resume={"0:x:0": "yes", "1:y:0": "no"})
+    report = assert_cancellation_safe(make, [{"log": "turn 1"}, answers], modes=ALL_MODES, saver_factory=saver_factory)
+    assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 10
