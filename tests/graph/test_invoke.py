@@ -228,3 +228,26 @@ def test_an_invalid_config_is_an_rxgraph_error_with_pydantic_s_details() -> None
     with pytest.raises(InvalidConfigError, match="thread_id"):
         RunnableConfig.model_validate({"thread_id": 3})
     assert RunnableConfig.model_validate({"thread_id": "t"}) == RunnableConfig(thread_id="t")
+
+
+def test_an_inner_graphs_two_parallel_questions_go_up_as_one_and_a_map_answers_them() -> None:
+    inner_graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("split", lambda s: None)
+
+    def asker(name: str) -> Callable[[Any], dict[str, Any]]:
+        return lambda state: {"log": [f"{name}: {interrupt(f'{name}?')}"]}
+
+    for name in ("x", "y"):
+        inner_graph.add_node(name, asker(name)).add_edge("split", name).add_edge(name, END)
+    inner = inner_graph.add_edge(START, "split").compile(MemorySaver())
+    inner_config = RunnableConfig(thread_id="inner-1")
+
+    def call_inner(state: Any) -> dict[str, Any]:
+        return {"log": inner.invoke({"log": ["go"]}, inner_config)["log"][1:]}
+
+    outer = _outer(call_inner, MemorySaver())
+    config = RunnableConfig(thread_id="outer-1")
+    (question,) = outer.invoke({"log": ["start"]}, config)["__interrupt__"]
+    assert question.value == {"0:x:0": "x?", "1:y:0": "y?"}  # the inner questions, by id, as one
+    final = outer.invoke(Command(resume={"0:x:0": "yes", "1:y:0": "no"}), config)
+    assert final["log"][-2:] == ["x: yes", "y: no"]
+    assert inner.get_state(inner_config).interrupts == ()
