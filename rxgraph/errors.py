@@ -255,8 +255,9 @@ class DeadlockError(RunError, RuntimeError):
 class NodeInterrupt(RxGraphError):
     """Raised by ``interrupt(value)`` in a node (or returned by the node): the run stops before the node's superstep
     as an interrupted run — not a failed one — with ``value`` in its ``InterruptOutput`` and the thread's state, until
-    ``stream(Command(resume=...), config)`` runs the superstep again. ``index`` is which ``interrupt()`` call of the
-    node it is (0 for the first), so that a resumed node gets each of its answers back in order."""
+    ``stream(Command(resume=...), config)`` runs the superstep again (but its branches that had finished). ``index``
+    is which ``interrupt()`` call of the node it is (0 for the first), so that a resumed node gets each of its answers
+    back in order."""
 
     def __init__(self, value: object = None, *, index: int = 0, subgraph: object = None) -> None:
         super().__init__(f"the node interrupted the run with {value!r}")
