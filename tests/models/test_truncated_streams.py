@@ -4,9 +4,8 @@ never completes as if the answer were whole; in an agent, the turn fails, is rew
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from rxgraph.checkpoint import SqliteSaver
 from rxgraph.errors import ModelAPIError
 from rxgraph.messages import AssistantMessage, Message, UserMessage
 from rxgraph.models.openai import OpenAIChatModel
-from rxgraph.rx._awaitable import background_loop
 from rxgraph.testing import ChatCompletionsServer, Cut, Reply, StreamedCall
 
 HI: list[Message] = [UserMessage(content="What is six times seven?")]
@@ -28,28 +26,6 @@ WEATHER = ToolSpec(name="weather", description="the weather in a city", paramete
 CUTS = ["end", "done", "drop"]
 
 Client = openai.OpenAI | openai.AsyncOpenAI
-
-
-@pytest.fixture(params=["sync", "async"])
-def make_client(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Client]]:
-    """Makes clients of one kind (the test runs once per kind), without retries; closes them when the test ends."""
-    made: list[Client] = []
-
-    def make(base_url: str) -> Client:
-        client: Client
-        if request.param == "sync":
-            client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
-        else:
-            client = openai.AsyncOpenAI(base_url=base_url, api_key="test", max_retries=0)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        if isinstance(client, openai.OpenAI):
-            client.close()
-        else:  # its connections belong to the loop its requests ran on: rxgraph's background loop here
-            asyncio.run_coroutine_threadsafe(client.close(), background_loop()).result(5)
 
 
 class Outcome:
