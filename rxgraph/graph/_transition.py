@@ -330,12 +330,12 @@ def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resum
     """Take up ``base``'s pending superstep: the one it stopped before, after or inside (then ``answer`` is the
     answer to the node's ``interrupt()``), or the one a failed run left to run again."""
     at = position_of(base)
-    waiting = at.stop
+    waiting, asked = at.stop, at.stops
     if waiting is None:
         return Resumed(at)
     at = at._replace(stop=None, others=())
     if waiting.when == "inside":
-        return Resumed(at, answering=_answers(base.thread_id, (waiting, *position_of(base).others), answer))
+        return Resumed(at, answering=_answers(base.thread_id, asked, answer))
     if waiting.when == "after":
         stop = _stop_before(spec, at.tasks)
         if stop is not None:  # the next superstep has a stop before it too: the run stops there
