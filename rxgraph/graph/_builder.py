@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Self
+from typing import Any, Self
 
 from reactivex import abc
 
 from .._arguments import check_scheduler
+from .._deprecated import deprecation_message
 from ..checkpoint._base import CheckpointSaver
 from ..errors import GraphValidationError, InvalidArgumentError, InvalidTypeError
 from ._compiled import CompiledGraph
@@ -22,6 +24,7 @@ from ._policies import RetryPolicy
 from ._spec import GraphSpec
 from ._state import KeyReducer, KeyStrategy, StateSchema
 from ._subgraph import SubgraphNode
+from ._typed import StateDeclaration, node_schema
 
 __all__ = ["StateGraph"]
 
@@ -34,18 +37,49 @@ class StateGraph:
     calls can be chained.
     """
 
-    def __init__(self, schema: Mapping[str, KeyStrategy | KeyReducer] | None = None) -> None:
+    def __init__(
+        self,
+        state_schema: Mapping[str, KeyStrategy | KeyReducer] | type | None = None,
+        *,
+        input_schema: type | None = None,
+        output_schema: type | None = None,
+        schema: Mapping[str, KeyStrategy | KeyReducer] | None = None,
+    ) -> None:
         """Args:
-            schema: the key strategies of the state (keys not listed use ``KeyStrategy.REPLACE``).
+            state_schema: the state's keys and how updates merge into them. A mapping of key strategies
+                (``{"messages": KeyStrategy.APPEND}``: keys not listed are replaced, any key is taken); or a class
+                that declares the keys — a ``TypedDict`` or a pydantic model, each key's strategy written as
+                ``Annotated[type, strategy]`` (a ``KeyStrategy`` or a reducer function, such as ``operator.add``).
+                A graph whose state is a class refuses updates to keys it does not declare; with a pydantic model,
+                the values an update brings in are validated (and coerced) with the model's field types, and nodes
+                and routes receive the state as an instance of the model. A reducer function of a class's key starts
+                from its type's empty value (``list()`` for ``Annotated[list, operator.add]``).
+            input_schema: a class naming the keys a run's input may bring (default: the state's keys); an input with
+                another key is refused. A subgraph takes these keys of its parent's state.
+            output_schema: a class naming the keys a run's outputs show (default: the state's keys): ``invoke``'s
+                result, each output's ``state``, and what a subgraph hands its parent. Keys it leaves out are
+                private: nodes read and write them, the thread keeps them (``get_state`` shows them), the outputs do
+                not.
+            schema: the former name of ``state_schema`` (deprecated).
 
         Raises:
-            InvalidTypeError: a key that is not a string, or a strategy that is not a ``KeyStrategy``.
+            InvalidTypeError: a schema that is none of those, a key that is not a string, or a strategy that is not
+                a ``KeyStrategy`` or a reducer function.
         """
-        self._schema = StateSchema(schema)
+        if schema is not None:
+            warnings.warn(
+                deprecation_message("StateGraph(schema=...)", "StateGraph(state_schema) or its first argument"),
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            state_schema = schema
+        self._declared = StateDeclaration(state_schema, input_schema, output_schema)
         self._nodes: dict[str, NodeSpec] = {}
         self._edges: list[tuple[str, str]] = []
         self._joins: list[Join] = []
         self._conditional: list[Branch] = []
+        self._reads: dict[str, type | None] = {}  # the class each node reads the state as, if one
+        self._route_reads: list[type | None] = []  # the same for each route of self._conditional
 
     def add_node(
         self,
@@ -57,6 +91,7 @@ class StateGraph:
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         timeout: float | timedelta | None = None,
         destinations: Sequence[str] | None = None,
+        input_schema: type | None = None,
     ) -> Self:
         """Add a node.
 
@@ -96,6 +131,11 @@ class StateGraph:
             destinations: the nodes (or ``END``) a ``Command(goto=...)`` the action returns may go to; default: what
                 its return annotation says (``-> Command[Literal["a", "b"]]``). A node that routes only with commands
                 needs them in place of an outgoing edge; they are checked by ``compile`` and drawn.
+            input_schema: the part of the state the action reads, a ``TypedDict`` or pydantic model class; default:
+                the class annotating its first parameter (``def node(state: Private)``), else the whole state. Its
+                keys are the state's too: keys no other schema declares are private to the nodes that read them
+                (never in the outputs). A pydantic class is received as an instance, a ``TypedDict`` as a read-only
+                mapping of its keys.
             timeout: seconds (or a ``timedelta``) each attempt may take, from its start to its update or its
                 stream's end; an attempt still running then is disposed and fails with ``NodeTimeoutError``, which
                 the default ``RetryPolicy`` retries. Timed on the run's scheduler.
@@ -123,7 +163,10 @@ class StateGraph:
                 f"node {name!r} runs a subgraph, whose updates are its nodes' own: it takes no reduce",
                 argument="reduce",
             )
-        self._nodes[name] = NodeSpec.of(
+        reads = input_schema if input_schema is not None or isinstance(action, CompiledGraph) else node_schema(action)
+        if reads is not None:
+            self._declared.read_by_node(reads)
+        spec = NodeSpec.of(
             name,
             SubgraphNode(name, action) if isinstance(action, CompiledGraph) else action,
             reduce,
@@ -133,6 +176,8 @@ class StateGraph:
             subgraph=subgraph,
             destinations=destinations,
         )
+        self._reads[name] = reads
+        self._nodes[name] = spec
         return self
 
     def add_edge(self, source: str | Sequence[str], target: str) -> Self:
@@ -174,7 +219,8 @@ class StateGraph:
 
         Args:
             source: the node (or ``START``) the route follows.
-            route: ``route(state) -> label``, called with the state ``source`` produced.
+            route: ``route(state) -> label``, called with the state ``source`` produced (as its first parameter's
+                annotation says, when that is a ``TypedDict`` or pydantic class: see ``add_node``'s ``input_schema``).
             path_map: labels to node names, or the node names the route may return.
 
         Returns:
@@ -198,7 +244,11 @@ class StateGraph:
             )
         else:
             mapping = {name: name for name in path_map}
+        reads = node_schema(route)
+        if reads is not None:
+            self._declared.read_by_node(reads)
         self._conditional.append(Branch(source, route=route, path_map=mapping))
+        self._route_reads.append(reads)
         return self
 
     def compile(
@@ -263,16 +313,16 @@ class StateGraph:
         turns = (policy or TurnPolicy()).with_overrides(
             on_unsafe_head=on_unsafe_head, on_cancel=on_cancel, multitask=multitask, on_error=on_error
         )
-        nodes = {
-            name: node
-            if node.scheduler is not None or node_scheduler is None
-            else replace(node, scheduler=node_scheduler)
-            for name, node in self._nodes.items()
-        }
+        schema = self._declared.schema()
+        nodes = {name: self._bound(node, schema, node_scheduler) for name, node in self._nodes.items()}
+        conditional = [
+            replace(branch, reads=self._declared.reader_of(reads, schema))
+            for branch, reads in zip(self._conditional, self._route_reads, strict=True)
+        ]
         spec = GraphSpec(
-            schema=self._schema,
+            schema=schema,
             nodes=MappingProxyType(nodes),
-            branches=MappingProxyType(self._validate()),
+            branches=MappingProxyType(self._validate(conditional)),
             checkpointer=checkpointer,
             policy=turns,
             messages_key=messages_key,
@@ -282,6 +332,21 @@ class StateGraph:
             max_concurrency=max_concurrency,
         )
         return CompiledGraph(spec)
+
+    def _bound(self, node: NodeSpec, schema: StateSchema, node_scheduler: abc.SchedulerBase | None) -> NodeSpec:
+        """``node`` as the compiled graph runs it: on ``node_scheduler`` if it has no scheduler of its own, given the
+        state as its input schema says, and, for a subgraph, handing its result over with this graph's
+        strategies."""
+        changes: dict[str, Any] = {}
+        if node.scheduler is None and node_scheduler is not None:
+            changes["scheduler"] = node_scheduler
+        if isinstance(node.action, SubgraphNode):
+            changes["action"] = node.action.under(schema)
+        else:
+            reads = self._declared.reader_of(self._reads.get(node.name), schema)
+            if reads is not None:
+                changes["reads"] = reads
+        return replace(node, **changes) if changes else node
 
     def _interrupt_nodes(self, names: Collection[str], argument: str) -> frozenset[str]:
         if isinstance(names, str):
@@ -293,7 +358,7 @@ class StateGraph:
             )
         return frozenset(names)
 
-    def _validate(self) -> dict[str, tuple[Branch, ...]]:
+    def _validate(self, conditional: Sequence[Branch]) -> dict[str, tuple[Branch, ...]]:
         nodes = self._nodes
         if not nodes:
             raise GraphValidationError("the graph has no nodes; add one with add_node() and an edge from START")
@@ -320,7 +385,7 @@ class StateGraph:
 
         for source, target in dict.fromkeys(self._edges):  # the same edge twice is one edge
             claim(Branch(source, target=target))
-        for branch in self._conditional:
+        for branch in conditional:
             claim(branch)
         for join in self._joins:
             for source in join.sources:

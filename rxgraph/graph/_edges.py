@@ -66,6 +66,7 @@ class Branch:
     target: str | None = None
     route: Route | None = None
     path_map: Mapping[Hashable, str] | None = None
+    reads: Callable[[Mapping[str, Any]], Any] | None = None  # what the route receives of the state, if not all of it
 
     def targets(self) -> tuple[str, ...] | None:
         """Every node this branch can lead to, or None when only the route function knows (no path map)."""
@@ -84,7 +85,7 @@ class Branch:
         if self.target is not None:
             return (self.target,) if self.target != END else ()
         assert self.route is not None
-        label = self.route(state)
+        label = self.route(self.reads(state) if self.reads is not None else state)
         labels = label if isinstance(label, list | tuple) else (label,)
         tasks: list[Task] = []
         for one in labels:

@@ -7,10 +7,10 @@ import inspect
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .._frozen import freeze
-from ..errors import InterruptSwallowedError, InvalidArgumentError, NodeInterrupt
+from ..errors import InterruptSwallowedError, InvalidArgumentError, InvalidUpdateError, NodeInterrupt
 from ._edges import Send
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "CallScope",
     "Command",
     "InterruptWhen",
+    "ParentCommand",
     "PendingInterrupt",
     "current_call",
     "enter_scope",
@@ -49,11 +50,40 @@ class Command(Generic[N]):
       ``Send``, or a list of those (each ``Send`` a task of its own, a node named twice run once). A node that routes
       only this way declares where it may go — ``add_node(..., destinations=[...])``, or its return annotation
       ``-> Command[Literal["a", "b"]]`` — so that the graph can be checked and drawn.
+    - ``graph=Command.PARENT`` (from a node of a subgraph) sends the command to the parent graph: the subgraph's run
+      ends there, the parent merges the subgraph's result and then ``update`` with its own strategies, and ``goto``
+      names the parent's nodes (declare them as the subgraph node's ``destinations`` if it has no edge out).
+
+    Raises:
+        InvalidArgumentError: ``graph`` is neither None nor ``Command.PARENT``.
     """
 
     resume: Any = None
     update: Mapping[str, Any] | None = None
     goto: str | Send | Sequence[str | Send] = ()
+    graph: str | None = None
+
+    PARENT: ClassVar[str] = "__parent__"
+    """``Command(graph=Command.PARENT, ...)``: the command is for the graph this subgraph runs in."""
+
+    def __post_init__(self) -> None:
+        if self.graph is not None and self.graph != Command.PARENT:
+            raise InvalidArgumentError(
+                f"Command(graph=...) takes None (this graph) or Command.PARENT, got {self.graph!r}", argument="graph"
+            )
+
+
+class ParentCommand(InvalidUpdateError):
+    """A node returned ``Command(graph=Command.PARENT)``: the run ends, and the subgraph node running it hands the
+    command to the parent. Seen by a user only when the graph is not running as a subgraph."""
+
+    def __init__(self, node: str, command: Command[Any]) -> None:
+        super().__init__(
+            f"node {node!r} returned Command(graph=Command.PARENT), but its graph is not running as a subgraph: "
+            "there is no parent graph to send it to",
+            node=node,
+        )
+        self.command = command
 
 
 @dataclass(frozen=True, slots=True)

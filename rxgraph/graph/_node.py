@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast, get_args, get_origin, get_type_hints
 
 from reactivex import Observable, abc
 from reactivex import operators as ops
@@ -20,7 +20,6 @@ from .._arguments import check_scheduler
 from ..errors import InvalidTypeError, InvalidUpdateError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ._interrupt import CallScope, Command, current_call, enter_scope, leave_scope, scoped
-from ._outputs import SubgraphEvent
 from ._policies import NodeRetry, RetryPolicy, check_retry, check_timeout, run_attempts
 from ._run_info import RunInfo
 
@@ -36,6 +35,7 @@ __all__ = [
     "NodeSpec",
     "Reducer",
     "ResultKind",
+    "SubgraphResult",
     "classify",
     "run_info_parameter",
 ]
@@ -51,6 +51,14 @@ parameter annotated ``RunInfo`` receives the run's ``RunInfo``."""
 Reducer: TypeAlias = Callable[..., Mapping[str, Any] | None]
 """``reduce(chunks)`` or ``reduce(chunks, state)``: turns every chunk a streaming node emitted into the node's update
 when its stream completes (``state`` is the state the node started from)."""
+
+
+class SubgraphResult(Protocol):
+    """A subgraph node's action, as far as its node needs it: what the parent merges when it finished."""
+
+    def result(
+        self, state: Mapping[str, Any], chunks: Sequence[Any]
+    ) -> Sequence[Mapping[str, Any] | Command[Any] | None]: ...
 
 
 def run_info_parameter(function: Callable[..., Any]) -> str | None:
@@ -133,6 +141,7 @@ class NodeSpec:
     timeout: float | None = None  # seconds
     subgraph: bool = False  # a compiled graph: its chunks are SubgraphEvents carrying the updates
     destinations: tuple[str, ...] = ()  # where a Command it returns may send the run, declared or annotated
+    reads: Callable[[Mapping[str, Any]], Any] | None = None  # what the action receives of the state, if not all of it
 
     @classmethod
     def of(
@@ -218,6 +227,8 @@ class NodeSpec:
             leave_scope(token)
 
     def _call(self, state: Mapping[str, Any], config: RunnableConfig, run: RunInfo) -> NodeResult:
+        if self.reads is not None:
+            state = self.reads(state)
         if self.run_info is None:
             return self.action(state, config) if self.takes_config else self.action(state)
         extra = {self.run_info: run}
@@ -240,8 +251,8 @@ class NodeSpec:
             chunks = _last_attempt(chunks)
             if len(chunks) == 1 and isinstance(chunks[0], _ReturnedUpdate):
                 return (chunks[0].update,)
-        if self.subgraph:  # the inner run's updates, in the order it made them
-            return [update for chunk in chunks if isinstance(chunk, SubgraphEvent) for update in chunk.updates]
+        if self.subgraph:  # the subgraph's result: its final values of the keys its run wrote
+            return cast("SubgraphResult", self.action).result(state, chunks)
         if self.reduce is not None:
             return (self.reduce(chunks, state) if self.reduce_takes_state else self.reduce(chunks),)
         for index, chunk in enumerate(chunks):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..checkpoint._base import Checkpoint
 
-from ._interrupt import PendingInterrupt
+from ._interrupt import Command, PendingInterrupt
 
 __all__ = ["InterruptOutput", "NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput", "SubgraphEvent"]
 
@@ -136,13 +136,16 @@ class InterruptOutput(RunOutput):
 class SubgraphEvent:
     """What a subgraph node streams: one output of its inner run (``StreamingOutput(node, state, chunk=event)`` in
     the parent's stream). ``output`` is the inner ``NodeOutput`` or ``StreamingOutput`` (None for the last event of a
-    resumed inner run that emitted nothing); ``updates`` are the updates the inner step made, which the parent merges
-    with its own key strategies when the subgraph node finishes.
+    resumed inner run that emitted nothing, or for its ``Command.PARENT``); ``updates`` are the updates the inner
+    step made. When the subgraph node finishes, the parent merges the subgraph's final values of the keys these
+    updates wrote (see ``StateGraph.add_node``), then ``command``: the ``Command(graph=Command.PARENT)`` one of the
+    subgraph's nodes returned, which ended its run.
     """
 
     node: str
     output: RunOutput | None
     updates: tuple[Mapping[str, Any] | None, ...] = ()
+    command: Command[Any] | None = None
 
     @property
     def path(self) -> tuple[str, ...]:

@@ -437,14 +437,14 @@ class Run:
             except Exception as error:
                 self.end.fail(error)
                 return False
-        view = MappingProxyType(at.state)
+        view = self.spec.schema.shown(MappingProxyType(at.state))
         checkpoint_id = checkpoint.id if checkpoint is not None else None
         return all(self._emit(NodeOutput(name, view, checkpoint_id=checkpoint_id)) for name, _ in finished)
 
     def _stop(self, stop: PendingInterrupt) -> None:
         """The run reached an ``interrupt_before`` / ``interrupt_after`` stop (its checkpoint is written): say so,
         and end as a completed run."""
-        if self._emit(InterruptOutput(stop.node, MappingProxyType(self.at.state), stop)):
+        if self._emit(InterruptOutput(stop.node, self.spec.schema.shown(MappingProxyType(self.at.state)), stop)):
             self.end.complete()
 
     def _emit(self, output: RunOutput) -> bool:

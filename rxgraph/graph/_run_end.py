@@ -152,7 +152,7 @@ class RunEnd:
             return
         self._release()
         if run.on_final_state is not None:
-            run.on_final_state(MappingProxyType(run.at.state))
+            run.on_final_state(run.spec.schema.shown(MappingProxyType(run.at.state)))
         run.observer.on_completed()
 
     def stop_for_human(self, asked: Sequence[tuple[NodeInterrupt, int, str]]) -> None:
@@ -183,7 +183,7 @@ class RunEnd:
             return
         try:
             for stop in stops:
-                output = InterruptOutput(stop.node, MappingProxyType(run.at.state), stop)
+                output = InterruptOutput(stop.node, run.spec.schema.shown(MappingProxyType(run.at.state)), stop)
                 if group is not None:
                     group.emit(output)
                 else:
@@ -195,7 +195,7 @@ class RunEnd:
             return
         self._release()
         if run.on_final_state is not None:
-            run.on_final_state(MappingProxyType(run.at.state))
+            run.on_final_state(run.spec.schema.shown(MappingProxyType(run.at.state)))
         run.observer.on_completed()
 
     def _question(self, error: NodeInterrupt, index: int, node: str) -> PendingInterrupt:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol, TypeAlias
+
+from pydantic import BaseModel, ValidationError
 
 from .._frozen import FrozenDict, FrozenList, freeze
 from ..errors import InvalidTypeError, InvalidUpdateError
 
-__all__ = ["KeyReducer", "KeyStrategy", "StateSchema"]
+__all__ = ["KeyReducer", "KeyStrategy", "StateSchema", "Validator", "checked_strategy"]
 
 
 class KeyStrategy(enum.Enum):
@@ -56,7 +59,13 @@ arguments. One that raises fails the run with :class:`~rxgraph.errors.InvalidUpd
 _EMPTY: FrozenList[Any] = FrozenList()
 
 
-def _checked_strategy(key: str, strategy: object) -> KeyStrategy | KeyReducer:
+class Validator(Protocol):
+    """What validates one key's values (a pydantic ``TypeAdapter``)."""
+
+    def validate_python(self, value: Any, /) -> Any: ...
+
+
+def checked_strategy(key: str, strategy: object) -> KeyStrategy | KeyReducer:
     """``strategy`` if it is a ``KeyStrategy`` or a reducer that can be called as ``reducer(current, update)``.
 
     Raises:
@@ -103,11 +112,28 @@ class StateSchema:
     shares every unchanged value with the old one, and freezes what the update brings in.
     """
 
-    __slots__ = ("_strategies",)
+    __slots__ = ("_initial", "_keys", "_strategies", "_validators", "input_keys", "model", "output_keys")
 
-    def __init__(self, strategies: Mapping[str, KeyStrategy | KeyReducer] | None = None) -> None:
+    def __init__(
+        self,
+        strategies: Mapping[str, KeyStrategy | KeyReducer] | None = None,
+        *,
+        keys: Collection[str] | None = None,
+        input_keys: Collection[str] | None = None,
+        output_keys: Collection[str] | None = None,
+        initial: Mapping[str, Any] | None = None,
+        validators: Mapping[str, Validator] | None = None,
+        model: type[BaseModel] | None = None,
+    ) -> None:
         """Args:
             strategies: each key's ``KeyStrategy`` or reducer function (keys not listed use ``REPLACE``).
+            keys: the state's keys, for a schema that declares them (a class): an update to any other key is
+                refused. None: any key is taken.
+            input_keys: the keys a run's input may bring (None: the state's).
+            output_keys: the keys a run's outputs show (None: every key of the state).
+            initial: where a reducer function's key starts when the state does not have it yet (else None).
+            validators: per key, what validates (and coerces) the key's new value (a pydantic ``TypeAdapter``).
+            model: the pydantic model nodes and routes receive the state as, if the state is one.
 
         Raises:
             InvalidTypeError: a key that is not a string, or a strategy that is neither a ``KeyStrategy`` nor a
@@ -117,8 +143,68 @@ class StateSchema:
         for key, strategy in (strategies or {}).items():
             if not isinstance(key, str):
                 raise InvalidTypeError(f"state keys must be strings, got {key!r}", argument="schema")
-            checked[key] = _checked_strategy(key, strategy)
+            checked[key] = checked_strategy(key, strategy)
         self._strategies = checked
+        self._keys = frozenset(keys) if keys is not None else None
+        self.input_keys = frozenset(input_keys) if input_keys is not None else None
+        self.output_keys = frozenset(output_keys) if output_keys is not None else None
+        self._initial = dict(initial or {})
+        self._validators = dict(validators or {})
+        self.model = model
+
+    @property
+    def keys(self) -> frozenset[str] | None:
+        """The keys the state may hold, or None when any key is taken (a mapping schema)."""
+        return self._keys
+
+    def as_model(self, state: Mapping[str, Any]) -> Any:
+        """``state`` as an instance of the state's pydantic model, validated as the model says (its field and
+        model validators run; missing keys take the model's defaults). The state itself is not changed.
+
+        Raises:
+            InvalidUpdateError: the state does not make a valid instance (a required key has no value yet, or a
+                validator refused it), with pydantic's errors.
+        """
+        model = self.model
+        assert model is not None
+        fields = model.model_fields
+        try:
+            return model.model_validate({key: value for key, value in state.items() if key in fields})
+        except ValidationError as error:
+            raise InvalidUpdateError(
+                f"the state does not make a valid {model.__name__}: {_first_error(error)}"
+            ) from error
+
+    def shown(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """What a run's outputs show of ``state``: the output keys (all of them unless an output schema or private
+        keys leave some out)."""
+        shown = self.output_keys
+        if shown is None:
+            return state
+        return MappingProxyType({key: value for key, value in state.items() if key in shown})
+
+    def taken_in(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of ``values`` that is this graph's input: the input keys (a subgraph takes these of its
+        parent's state and leaves the rest)."""
+        accepted = self.input_keys if self.input_keys is not None else self._keys
+        if accepted is None:
+            return dict(values)
+        return {key: value for key, value in values.items() if key in accepted}
+
+    def check_input(self, values: Mapping[str, Any]) -> None:
+        """Refuse an input that brings keys the input schema does not declare.
+
+        Raises:
+            InvalidUpdateError: naming the keys and those the input takes.
+        """
+        accepted = self.input_keys if self.input_keys is not None else self._keys
+        if accepted is None or not isinstance(values, Mapping):
+            return
+        unknown = sorted(str(key) for key in values if key not in accepted)
+        if unknown:
+            raise InvalidUpdateError(
+                f"input: key(s) {unknown} are not in the graph's input schema; it takes {sorted(accepted)}"
+            )
 
     @property
     def strategies(self) -> Mapping[str, KeyStrategy | KeyReducer]:
@@ -187,10 +273,14 @@ class StateSchema:
             raise InvalidUpdateError(
                 f"{origin}: an update must be a mapping of state keys, got {type(update).__name__}", node=node
             )
-        strategies = self._strategies
+        strategies, keys, validators = self._strategies, self._keys, self._validators
         for key, value in update.items():
             if not isinstance(key, str):
                 raise InvalidUpdateError(f"{origin}: state keys must be strings, got {key!r}", node=node)
+            if keys is not None and key not in keys:
+                raise InvalidUpdateError(
+                    f"{origin}: state key {key!r} is not in the state schema; its keys are {sorted(keys)}", node=node
+                )
             strategy = strategies.get(key, KeyStrategy.REPLACE)
             if strategy is KeyStrategy.REPLACE:
                 new[key] = freeze(value)
@@ -211,11 +301,33 @@ class StateSchema:
                 merged.update((k, freeze(v)) for k, v in value.items())
                 new[key] = FrozenDict(merged)
             else:
+                current = new[key] if key in new else self._initial.get(key)
                 try:
-                    reduced = strategy(new.get(key), value)
+                    reduced = strategy(current, value)
                 except Exception as error:
                     raise InvalidUpdateError(
                         f"{origin}: the reducer of state key {key!r} raised {type(error).__name__}: {error}", node=node
                     ) from error
                 new[key] = freeze(reduced)
+            if validators:
+                new[key] = self._validated(key, new[key], origin, node)
         return new
+
+    def _validated(self, key: str, value: Any, origin: str, node: str | None) -> Any:
+        validator = self._validators.get(key)
+        if validator is None:
+            return value
+        try:
+            return freeze(validator.validate_python(value))
+        except ValidationError as error:
+            raise InvalidUpdateError(
+                f"{origin}: state key {key!r} does not fit the state schema: {_first_error(error)}", node=node
+            ) from error
+
+
+def _first_error(error: ValidationError) -> str:
+    """Pydantic's errors of one value, on one line."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or 'value'}: {item['msg']} (got {item.get('input')!r})"
+        for item in error.errors()
+    )

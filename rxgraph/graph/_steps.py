@@ -102,6 +102,7 @@ class Step:
         "_emit",
         "_keep",
         "_name",
+        "_shown",
         "busy",
         "chunks",
         "group",
@@ -127,6 +128,7 @@ class Step:
         self._keep = self.chunks.append
         self._emit = run.observer.on_next
         self._name = node.name
+        self._shown = run.spec.schema.shown(state_view)  # what the outputs show of the state
         self.stopped = False
         self.busy = False  # a chunk is being handed to the subscriber right now (see RunEnd.preempt)
         self.late_error = False  # a preempting run left its error for this emitter to deliver
@@ -141,7 +143,7 @@ class Step:
             self._keep(value)
             output = _new(StreamingOutput)
             output._node = self._name
-            output._state = self.state_view
+            output._state = self._shown
             output._chunk = value
             try:
                 self._emit(output)

@@ -13,7 +13,7 @@ turn boundary.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -21,13 +21,15 @@ import reactivex as rx
 from reactivex import Observable
 from reactivex import operators as ops
 
+from .._frozen import FrozenList
 from ..checkpoint._base import new_checkpoint
 from ..checkpoint._memory import MemorySaver
 from ..errors import NodeInterrupt
 from ._compiled import CompiledGraph, inner_stream, spec_of
 from ._config import RunnableConfig
-from ._interrupt import CallScope, Command, current_call
+from ._interrupt import CallScope, Command, ParentCommand, current_call
 from ._outputs import InterruptOutput, NodeOutput, RunOutput, SubgraphEvent
+from ._state import KeyReducer, KeyStrategy, StateSchema
 
 __all__ = ["SubgraphNode"]
 
@@ -37,10 +39,50 @@ _INNER_THREAD = "subgraph"
 class SubgraphNode:
     """The action of a node that runs ``graph`` (built by ``StateGraph.add_node`` for a ``CompiledGraph``)."""
 
-    def __init__(self, name: str, graph: CompiledGraph) -> None:
+    def __init__(self, name: str, graph: CompiledGraph, parent: StateSchema | None = None) -> None:
         self.name = name
         self.graph = graph
         self.spec = spec_of(graph)  # what it runs, for drawing
+        self.parent = parent if parent is not None else StateSchema()  # the strategies its result is merged with
+
+    def under(self, parent: StateSchema) -> SubgraphNode:
+        """This node in a compiled parent whose state has ``parent``'s strategies."""
+        return SubgraphNode(self.name, self.graph, parent)
+
+    def result(
+        self, state: Mapping[str, Any], chunks: Sequence[Any]
+    ) -> Sequence[Mapping[str, Any] | Command[Any] | None]:
+        """What the parent merges when the subgraph finished, given the state the node started from and what it
+        streamed: the subgraph's final values of the keys its run wrote, among its output keys and the parent's,
+        then the ``Command.PARENT`` one of its nodes returned, if one did.
+
+        Its final value of a key goes over as it is, but for a key the parent appends to (``KeyStrategy.APPEND``)
+        whose final list starts with the list the subgraph was given: then only the items after those go over,
+        so that what the parent already had is not appended twice. A reducer function receives the final value,
+        once.
+        """
+        made: list[Any] = []
+        commands: list[Command[Any]] = []
+        for chunk in chunks:
+            if isinstance(chunk, SubgraphEvent):
+                made.extend(chunk.updates)
+                if chunk.command is not None:
+                    commands.append(chunk.command)
+        inner = self.spec.schema
+        given = inner.taken_in(state)
+        final = self._values(given, made)
+        shown, parent_keys = inner.output_keys, self.parent.keys
+        result: dict[str, Any] = {}
+        for update in made:
+            for key in update or ():
+                if key in result or (shown is not None and key not in shown):
+                    continue
+                if parent_keys is not None and key not in parent_keys:
+                    continue
+                result[key] = _handed_over(final[key], given.get(key), self.parent.strategy(key))
+        handed: list[Mapping[str, Any] | Command[Any] | None] = [result] if result else []
+        handed.extend(Command(update=command.update, goto=command.goto) for command in commands)
+        return handed
 
     def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> Observable[SubgraphEvent]:
         call = current_call()  # read now: the scope is the node call's
@@ -50,7 +92,7 @@ class SubgraphNode:
         """The inner state after ``updates``: the inner run's input (this node's state) and each update it made,
         merged with the subgraph's key strategies — what is kept is only the updates, never the inner history."""
         schema = self.spec.schema
-        values = schema.merge({}, state, origin="input")
+        values = schema.merge({}, schema.taken_in(state), origin="input")
         for update in updates:
             values = schema.merge(values, update, origin=f"subgraph {self.name!r}")
         return MappingProxyType(values)
@@ -86,7 +128,7 @@ class SubgraphNode:
             carried.extend(stored["updates"])
             source: Any = Command(resume=resumes[-1]) if resumes else None
         else:
-            source = dict(state)
+            source = self.spec.schema.taken_in(state)
         made: list[Any] = list(carried)  # every update of the inner run so far (kept if it stops again)
         waiting: list[Any] = list(carried)  # updates not yet handed to the parent in an event
         stopped: list[InterruptOutput] = []
@@ -128,5 +170,23 @@ class SubgraphNode:
                 return rx.of(SubgraphEvent(self.name, None, tuple(waiting)))
             return rx.empty()
 
+        def to_parent(error: Exception, _: Any) -> Observable[SubgraphEvent]:
+            if not isinstance(error, ParentCommand):
+                return rx.throw(error)
+            # A node of the subgraph sent a command to this graph: the inner run ended there.
+            return rx.of(SubgraphEvent(self.name, None, tuple(waiting), command=error.command))
+
         run = inner_stream(self.graph, saver, source, inner_config, on_updates, shown_thread=config.thread_id)
-        return rx.concat(run.pipe(ops.filter(keep), ops.map(event)), rx.defer(lambda _: after()))
+        return rx.concat(run.pipe(ops.filter(keep), ops.map(event)), rx.defer(lambda _: after())).pipe(
+            ops.catch(to_parent)
+        )
+
+
+def _handed_over(final: Any, given: Any, strategy: KeyStrategy | KeyReducer) -> Any:
+    """What the parent merges of one key: the subgraph's final value, or, for a key the parent appends to, the
+    items the subgraph added after the list it was given."""
+    if strategy is KeyStrategy.APPEND and isinstance(final, FrozenList) and isinstance(given, Sequence):
+        start = len(given)
+        if not isinstance(given, str) and len(final) >= start and list(final[:start]) == list(given):
+            return final[start:]
+    return final

@@ -30,7 +30,7 @@ from ..checkpoint._base import Checkpoint, CheckpointSource
 from ..errors import InvalidArgumentError, InvalidUpdateError, RouteError, ThreadNotFoundError
 from ._constants import END, START
 from ._edges import JoinProgress, Send, Task, task_node
-from ._interrupt import Command, PendingInterrupt
+from ._interrupt import Command, ParentCommand, PendingInterrupt
 from ._spec import GraphSpec
 
 __all__ = [
@@ -139,7 +139,7 @@ def check_resumable(
             ``update=`` or ``goto=``.
         ThreadNotFoundError: the thread has no checkpoint.
     """
-    if command is not None and (command.update is not None or command.goto):
+    if command is not None and (command.update is not None or command.goto or command.graph is not None):
         raise InvalidArgumentError(
             "a Command as a run's input resumes an interrupted thread with resume=; update= and goto= are what a "
             "node's Command says (to change a thread from outside, use update_state)",
@@ -220,6 +220,7 @@ def after_input(spec: GraphSpec, values: Mapping[str, Any], input: Mapping[str, 
         InvalidUpdateError: the input does not fit the state's strategies.
         RouteError: a route out of ``START`` returned something that is not one of its labels.
     """
+    spec.schema.check_input(input)
     state = spec.schema.merge(values, input, origin="input")
     tasks, joins = spec.advance((START,), state)
     return Position(state, tasks, joins, _stop_before(spec, tasks))
@@ -271,6 +272,8 @@ def plain_update(update: Mapping[str, Any] | Command[Any] | None) -> Mapping[str
 
 
 def _update_of(node: str, command: Command[Any]) -> Mapping[str, Any] | None:
+    if command.graph == Command.PARENT:
+        raise ParentCommand(node, command)
     if command.resume is not None:
         raise InvalidUpdateError(
             f"node {node!r} returned a Command with resume=: a node's Command updates the state (update=) and says "

@@ -175,3 +175,76 @@ def test_a_handoff_cut_at_any_point_is_rewound(saver_factory: Callable[[], Check
         saver_factory=saver_factory,
     )
     assert len(report.points) > 20
+
+
+# -- Command.PARENT --------------------------------------------------------------------------------------------------
+
+
+def _parent_goto(saver: CheckpointSaver | None, *, slow: bool = False) -> Any:
+    """After LangGraph's ``test_parent_command_goto``: the subgraph's second node sends the run to a node of its
+    parent, with an update the parent merges with its own reducer."""
+
+    def child_b(state: Any) -> Any:
+        command = Command(graph=Command.PARENT, goto="parent_b", update={"dialog": ["b_child"]})
+        return rx.timer(1.0).pipe(ops.map(lambda _: command)) if slow else command
+
+    def child_a(state: Any) -> Any:
+        update = {"dialog": ["a_child"]}
+        return rx.timer(1.0).pipe(ops.map(lambda _: update)) if slow else update
+
+    reduce_last = {"reduce": lambda chunks: chunks[-1]} if slow else {}
+    inner = (
+        StateGraph({"dialog": KeyStrategy.APPEND})
+        .add_node("child_a", child_a, **reduce_last)
+        .add_node("child_b", child_b, **reduce_last, destinations=[END])
+        .add_edge(START, "child_a").add_edge("child_a", "child_b")
+        .compile()
+    )  # fmt: skip
+    return (
+        StateGraph({"dialog": KeyStrategy.APPEND})
+        .add_node("parent_b", lambda state: {"dialog": ["parent_b"]})
+        .add_node("sub", inner, destinations=["parent_b"])
+        .add_edge(START, "sub").add_edge("parent_b", END)
+        .compile(saver, messages_key=None)
+    )  # fmt: skip
+
+
+def test_a_subgraph_node_routes_its_parent_with_command_parent() -> None:
+    """Ported from LangGraph's ``test_parent_command_goto``: the parent gets the subgraph's result (``a_child``),
+    then the command's update, and runs the node it names; the subgraph stops at the command."""
+    app = _parent_goto(MemorySaver())
+    assert app.invoke({"dialog": ["init"]}, CONFIG) == {"dialog": ["init", "a_child", "b_child", "parent_b"]}
+    assert app.get_state(CONFIG).next == ()
+    assert "sub" in app.draw_mermaid() and "parent_b" in app.draw_mermaid()
+
+
+def test_command_parent_from_a_graph_that_is_not_a_subgraph_fails_clearly() -> None:
+    app = (
+        StateGraph()
+        .add_node("a", lambda state: Command(graph=Command.PARENT, goto="b"), destinations=[END])
+        .add_edge(START, "a")
+        .compile()
+    )
+    with pytest.raises(InvalidUpdateError, match="not running as a subgraph") as caught:
+        app.invoke({})
+    assert caught.value.node == "a"
+    with pytest.raises(InvalidArgumentError, match=r"Command\.PARENT"):
+        Command(graph="elsewhere", goto="b")
+    stopped = (
+        StateGraph()
+        .add_node("a", lambda state: {}).add_edge(START, "a").add_edge("a", END)
+        .compile(MemorySaver(), interrupt_after=["a"])
+    )  # fmt: skip
+    stopped.invoke({}, CONFIG)
+    with pytest.raises(InvalidArgumentError, match="resume="):
+        stopped.invoke(Command(graph=Command.PARENT), CONFIG)
+
+
+def test_a_command_parent_turn_cut_at_any_point_is_rewound(saver_factory: Callable[[], CheckpointSaver]) -> None:
+    report = assert_cancellation_safe(
+        lambda saver: _parent_goto(saver, slow=True),
+        [{"dialog": ["one"]}, {"dialog": ["two"]}],
+        modes=("dispose", "take_until"),
+        saver_factory=saver_factory,
+    )
+    assert len(report.points) > 10
