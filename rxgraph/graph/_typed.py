@@ -95,10 +95,7 @@ def declared(schema: type, argument: str) -> Declared:
                     initial[key] = _initial(info.annotation)
         keys = tuple(schema.model_fields)
         return Declared(keys, strategies, initial, schema, MappingProxyType(validators))
-    try:
-        hints = get_type_hints(schema, include_extras=True)
-    except Exception as error:
-        raise InvalidTypeError(f"{argument}: the annotations of {schema.__name__} cannot be read: {error}") from error
+    hints = _hints(schema, argument)
     for key, hint in hints.items():
         if get_origin(hint) is not Annotated:
             continue
@@ -109,6 +106,24 @@ def declared(schema: type, argument: str) -> Declared:
             if not isinstance(strategy, KeyStrategy):
                 initial[key] = _initial(base)
     return Declared(tuple(hints), strategies, initial)
+
+
+def _hints(schema: type, argument: str) -> dict[str, Any]:
+    """A ``TypedDict``'s keys and their annotations, extras kept. Its own annotations serve when they are not strings
+    and cannot be resolved in its module (a class made by ``exec``, say).
+
+    Raises:
+        InvalidTypeError: they cannot be read.
+    """
+    try:
+        return get_type_hints(schema, include_extras=True)
+    except Exception as error:
+        own = dict(getattr(schema, "__annotations__", {}))
+        if own and not any(isinstance(hint, str) for hint in own.values()):
+            return own
+        raise InvalidTypeError(
+            f"{argument}: the annotations of {schema.__name__} cannot be read: {error}", argument=argument
+        ) from error
 
 
 def node_schema(action: Callable[..., Any]) -> type | None:
@@ -133,7 +148,7 @@ def reader(schema: type, every_key: bool) -> Callable[[Mapping[str, Any]], Any] 
         return StateSchema(model=schema).as_model
     if every_key:
         return None
-    keys = frozenset(get_type_hints(schema))
+    keys = frozenset(_hints(schema, "input_schema"))
 
     def subset(state: Mapping[str, Any]) -> Any:
         return MappingProxyType({key: value for key, value in state.items() if key in keys})
