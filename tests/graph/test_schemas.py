@@ -6,17 +6,20 @@ declares is refused, not dropped), the test says so.
 """
 
 import operator
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
+import reactivex as rx
 from pydantic import BaseModel, Field, field_validator
 from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 from typing_extensions import TypedDict
 
-from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, CheckpointSaver, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
 from rxgraph.errors import InvalidTypeError, InvalidUpdateError
 from rxgraph.graph import NodeOutput, StreamingOutput
+from rxgraph.testing import assert_cancellation_safe
 
 
 def test_input_schema_conditional_edge() -> None:
@@ -386,3 +389,47 @@ def test_outputs_of_a_typed_graph_stream_in_virtual_time_without_private_keys() 
         ("polish", {"answer": "d!"}),
     ]
     assert not [o for o in outputs if isinstance(o, StreamingOutput)]
+
+
+def test_a_typed_turn_with_a_private_key_and_a_subgraph_cut_at_any_point_is_rewound(
+    saver_factory: Callable[[], CheckpointSaver],
+) -> None:
+    class Inner(TypedDict):
+        log: Annotated[list[str], KeyStrategy.APPEND]
+        scratch: str
+
+    class InnerOut(TypedDict):
+        log: list[str]
+
+    class State(TypedDict):
+        log: Annotated[list[str], KeyStrategy.APPEND]
+
+    class Private(TypedDict):
+        draft: str
+
+    def slow(update: dict[str, Any]) -> Callable[[Any], rx.Observable[dict[str, Any]]]:
+        return lambda state: rx.timer(1.0).pipe(ops.map(lambda _: update))
+
+    def finish(state: Private) -> rx.Observable[dict[str, Any]]:
+        return rx.timer(1.0).pipe(ops.map(lambda _: {"log": [state["draft"]]}))
+
+    def make(saver: CheckpointSaver) -> Any:
+        inner = (
+            StateGraph(Inner, output_schema=InnerOut)
+            .add_node("think", slow({"scratch": "s", "log": ["thought"]}), reduce=lambda chunks: chunks[-1])
+            .add_edge(START, "think").add_edge("think", END)
+            .compile()
+        )  # fmt: skip
+        return (
+            StateGraph(State)
+            .add_node("draft", slow({"draft": "drafted"}), reduce=lambda chunks: chunks[-1])
+            .add_node("sub", inner)
+            .add_node("finish", finish, reduce=lambda chunks: chunks[-1])
+            .add_edge(START, "draft").add_edge("draft", "sub").add_edge("sub", "finish").add_edge("finish", END)
+            .compile(saver, messages_key=None)
+        )  # fmt: skip
+
+    report = assert_cancellation_safe(
+        make, [{"log": ["one"]}, {"log": ["two"]}], modes=("dispose", "take_until"), saver_factory=saver_factory
+    )
+    assert len(report.points) > 10
