@@ -40,6 +40,7 @@ from ._outputs import InterruptOutput, RunOutput, StateSnapshot
 from ._run import Run
 from ._slots import slots_for
 from ._spec import GraphSpec
+from ._state import as_update
 from ._transition import after_update
 from ._writer import ThreadWriter
 
@@ -259,6 +260,7 @@ class CompiledGraph:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
         # subscription runs with.
+        input = as_update(input)  # a pydantic state's instance stands for its fields
         frozen_input = (
             None
             if input is None

@@ -11,6 +11,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast, get_args, get_origin, get_type_hints
 
+from pydantic import BaseModel
 from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
@@ -319,7 +320,7 @@ def _as_chunks(name: str, result: Any, run: RunInfo) -> abc.ObservableBase[Any]:
     )
 
 
-_UPDATES = (Mapping, Command)  # what a node's update may be (besides None)
+_UPDATES = (Mapping, Command, BaseModel)  # what a node's update may be (besides None): a model stands for its fields
 
 ResultKind = Literal["update", "stream", "later"]
 UPDATE: ResultKind = "update"

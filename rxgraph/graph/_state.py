@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from .._frozen import FrozenDict, FrozenList, freeze
 from ..errors import InvalidTypeError, InvalidUpdateError
 
-__all__ = ["KeyReducer", "KeyStrategy", "StateSchema", "Validator", "checked_strategy"]
+__all__ = ["KeyReducer", "KeyStrategy", "StateSchema", "Validator", "as_update", "checked_strategy"]
 
 
 class KeyStrategy(enum.Enum):
@@ -105,6 +105,22 @@ def checked_strategy(key: str, strategy: object) -> KeyStrategy | KeyReducer:
     return strategy
 
 
+def as_update(value: Any) -> Any:
+    """A pydantic model instance a node returned (or a run was given) as the update it stands for: its fields, but
+    those left at a ``None`` default it was not given explicitly. Anything else as it is."""
+    if not isinstance(value, BaseModel):
+        return value
+    fields = type(value).model_fields
+    given = value.model_fields_set
+    update: dict[str, Any] = {}
+    for key, info in fields.items():
+        field_value = getattr(value, key)
+        if field_value is None and key not in given and info.get_default(call_default_factory=True) is None:
+            continue
+        update[key] = field_value
+    return update
+
+
 class StateSchema:
     """The key strategies of a graph and the merge that applies them.
 
@@ -169,7 +185,9 @@ class StateSchema:
         assert model is not None
         fields = model.model_fields
         try:
-            return model.model_validate({key: value for key, value in state.items() if key in fields})
+            # Copies of the models inside: a node that changes its instance and returns it (as LangGraph's nodes may)
+            # must not change the values the thread's checkpoints already hold.
+            return model.model_validate({key: _copied(value) for key, value in state.items() if key in fields})
         except ValidationError as error:
             raise InvalidUpdateError(
                 f"the state does not make a valid {model.__name__}: {_first_error(error)}"
@@ -235,6 +253,7 @@ class StateSchema:
         new: Mapping[str, Any] = state
         for node, node_updates in updates:
             for update in node_updates:
+                update = as_update(update)
                 if isinstance(update, Mapping):
                     for key in update:
                         owner = owners.setdefault(key, node) if not self.has_reducer(key) else node
@@ -269,6 +288,8 @@ class StateSchema:
         new = dict(state)
         if not update:
             return new
+        if not isinstance(update, Mapping):
+            update = as_update(update)
         if not isinstance(update, Mapping):
             raise InvalidUpdateError(
                 f"{origin}: an update must be a mapping of state keys, got {type(update).__name__}", node=node
@@ -323,6 +344,20 @@ class StateSchema:
             raise InvalidUpdateError(
                 f"{origin}: state key {key!r} does not fit the state schema: {_first_error(error)}", node=node
             ) from error
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every pydantic model inside it copied (deeply), the containers around them rebuilt; a value
+    with no model inside is returned as it is."""
+    if isinstance(value, BaseModel):
+        return value.model_copy(deep=True)
+    if isinstance(value, FrozenList | list | tuple):
+        items = [_copied(item) for item in value]
+        return items if any(new is not old for new, old in zip(items, value, strict=True)) else value
+    if isinstance(value, Mapping):
+        pairs = {key: _copied(item) for key, item in value.items()}
+        return pairs if any(pairs[key] is not value[key] for key in pairs) else value
+    return value
 
 
 def _first_error(error: ValidationError) -> str:

@@ -32,6 +32,7 @@ from ._constants import END, START
 from ._edges import JoinProgress, Send, Task, task_node
 from ._interrupt import Command, ParentCommand, PendingInterrupt
 from ._spec import GraphSpec
+from ._state import as_update
 
 __all__ = [
     "Position",
@@ -195,12 +196,12 @@ def _stored(update: Mapping[str, Any] | Command[Any] | None) -> list[Any]:
     """A finished task's update as ``pending["done"]`` keeps it: ``["update", values]``, or for a ``Command``
     ``["command", values, goto]`` with each ``Send`` of ``goto`` as ``["send", node, arg]``."""
     if not isinstance(update, Command):
-        return ["update", freeze(update)]
+        return ["update", freeze(as_update(update))]
     goto = update.goto
     targets = (goto,) if isinstance(goto, str | Send) else goto
     return [
         "command",
-        freeze(update.update),
+        freeze(as_update(update.update)),
         [["send", target.node, freeze(target.arg)] if isinstance(target, Send) else target for target in targets],
     ]
 
@@ -267,8 +268,9 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
 
 
 def plain_update(update: Mapping[str, Any] | Command[Any] | None) -> Mapping[str, Any] | None:
-    """What an update merges into the state: a ``Command``'s ``update``, or the update itself."""
-    return update.update if isinstance(update, Command) else update
+    """What an update merges into the state: a ``Command``'s ``update``, or the update itself (a pydantic model's
+    fields, for a model)."""
+    return as_update(update.update if isinstance(update, Command) else update)  # type: ignore[no-any-return]
 
 
 def _update_of(node: str, command: Command[Any]) -> Mapping[str, Any] | None:

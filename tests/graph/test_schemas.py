@@ -16,7 +16,7 @@ from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 from typing_extensions import TypedDict
 
-from rxgraph import END, START, CheckpointSaver, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
 from rxgraph.errors import InvalidTypeError, InvalidUpdateError
 from rxgraph.graph import NodeOutput, StreamingOutput
 from rxgraph.testing import assert_cancellation_safe
@@ -433,3 +433,82 @@ def test_a_typed_turn_with_a_private_key_and_a_subgraph_cut_at_any_point_is_rewo
         make, [{"log": ["one"]}, {"log": ["two"]}], modes=("dispose", "take_until"), saver_factory=saver_factory
     )
     assert len(report.points) > 10
+
+
+def test_a_pydantic_node_may_return_the_model_and_a_run_may_take_one() -> None:
+    """Ported from LangGraph's ``test_pydantic_none_state_update``, ``test_pydantic_state_update_command`` and
+    ``test_pydantic_state_mutation``: a model instance stands for its fields, but those left at a None default it
+    was not given; a node may change its state instance and return it."""
+
+    class Nullable(BaseModel):
+        foo: str | None
+
+    graph = (
+        StateGraph(Nullable)
+        .add_node("a", lambda state: Nullable(foo=None))
+        .add_node("b", lambda state: Command(update=Nullable(foo=None)))
+        .add_edge(START, "a").add_edge("a", "b").add_edge("b", END)
+        .compile()
+    )  # fmt: skip
+    assert graph.invoke({"foo": ""}) == {"foo": None}
+
+    class State(BaseModel):
+        foo: str | None = None
+        bar: str | None = None
+
+    graph = (
+        StateGraph(State)
+        .add_node("a", lambda state: State(foo="foo"))
+        .add_node("b", lambda state: Command(update=State(bar="bar")))
+        .add_edge(START, "a").add_edge("a", "b").add_edge("b", END)
+        .compile()
+    )  # fmt: skip
+    assert graph.invoke(State()) == {"foo": "foo", "bar": "bar"}
+
+    class Inner(BaseModel):
+        a: int = 0
+
+    class Mutable(BaseModel):
+        inner: Inner = Field(default_factory=Inner)
+        outer: int = 0
+
+    def my_node(state: Mutable) -> Mutable:
+        state.inner.a = 5
+        state.outer = 10
+        return state
+
+    graph = (
+        StateGraph(Mutable).add_node("my_node", my_node).add_edge(START, "my_node").add_edge("my_node", END).compile()
+    )
+    assert graph.invoke({"outer": 1}) == {"outer": 10, "inner": Inner(a=5)}
+
+
+def test_a_node_that_changes_its_pydantic_state_does_not_change_earlier_checkpoints() -> None:
+    class Inner(BaseModel):
+        a: int = 0
+
+    class State(BaseModel):
+        inner: Inner = Field(default_factory=Inner)
+        items: list[Inner] = []
+
+    def first(state: State) -> State:
+        state.inner.a = 1
+        state.items = [Inner(a=1)]
+        return state
+
+    def second(state: State) -> State:
+        state.inner.a = 2  # the instance this node received, not the one the first checkpoint holds
+        state.items[0].a = 2
+        return state
+
+    graph = (
+        StateGraph(State)
+        .add_node("first", first).add_node("second", second)
+        .add_edge(START, "first").add_edge("first", "second").add_edge("second", END)
+        .compile(MemorySaver())
+    )  # fmt: skip
+    config = RunnableConfig(thread_id="t")
+    assert graph.invoke({}, config) == {"inner": Inner(a=2), "items": [Inner(a=2)]}
+    after_first = next(s for s in graph.get_state_history(config) if s.checkpoint and s.checkpoint.node == "first")
+    assert after_first.values["inner"] == Inner(a=1)
+    assert after_first.values["items"] == [Inner(a=1)]
