@@ -221,7 +221,7 @@ class StateDeclaration:
         return StateSchema(
             strategies,
             keys=keys,
-            input_keys=self.input.keys if self.input is not None else None,
+            input_keys=self.input.keys if self.input is not None else own,  # private keys are not input
             output_keys=output_keys,
             initial=initial,
             validators=validators,

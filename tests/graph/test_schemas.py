@@ -512,3 +512,56 @@ def test_a_node_that_changes_its_pydantic_state_does_not_change_earlier_checkpoi
     after_first = next(s for s in graph.get_state_history(config) if s.checkpoint and s.checkpoint.node == "first")
     assert after_first.values["inner"] == Inner(a=1)
     assert after_first.values["items"] == [Inner(a=1)]
+
+
+def test_node_schemas_custom_output() -> None:
+    """Ported from LangGraph's ``test_node_schemas_custom_output``: each node reads its own class's keys (one of them,
+    ``now``, declared only by node classes), the output schema decides what ``invoke`` returns. The original passes
+    ``now`` in the input, which LangGraph drops as it is not an input key; rxgraph refuses it (checked last)."""
+
+    class State(TypedDict):
+        hello: str
+        bye: str
+        messages: Annotated[list[str], KeyStrategy.APPEND]
+
+    class Output(TypedDict):
+        messages: list[str]
+
+    class StateForA(TypedDict):
+        hello: str
+        messages: Annotated[list[str], KeyStrategy.APPEND]
+
+    class StateForB(TypedDict):
+        bye: str
+        now: int
+
+    class StateForC(TypedDict):
+        hello: str
+        now: int
+
+    seen: dict[str, dict[str, Any]] = {}
+
+    def node_a(state: StateForA) -> None:
+        seen["a"] = dict(state)
+
+    def node_b(state: StateForB) -> dict[str, Any]:
+        seen["b"] = dict(state)
+        return {"now": 123, "hello": "again"}
+
+    def node_c(state: StateForC) -> None:
+        seen["c"] = dict(state)
+
+    graph = (
+        StateGraph(State, output_schema=Output)
+        .add_node("a", node_a).add_node("b", node_b).add_node("c", node_c)
+        .add_edge(START, "a").add_edge("a", "b").add_edge("b", "c").add_edge("c", END)
+        .compile()
+    )  # fmt: skip
+    assert graph.invoke({"hello": "there", "bye": "world", "messages": "hello"}) == {"messages": ["hello"]}
+    assert seen == {
+        "a": {"hello": "there", "messages": ["hello"]},
+        "b": {"bye": "world"},
+        "c": {"hello": "again", "now": 123},
+    }
+    with pytest.raises(InvalidUpdateError, match=r"\['now'\] are not in the graph's input schema"):
+        graph.invoke({"hello": "there", "bye": "world", "messages": "hello", "now": 345})
