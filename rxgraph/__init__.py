@@ -68,10 +68,12 @@ from .graph import (
     StateGraph,
     StateSnapshot,
     StreamingOutput,
+    StreamMode,
     SubgraphEvent,
     TurnPolicy,
     UnsafeHeadPolicy,
     interrupt,
+    stream_modes,
 )
 
 __all__ = [
@@ -130,6 +132,7 @@ __all__ = [
     "SqliteSaver",
     "StateGraph",
     "StateSnapshot",
+    "StreamMode",
     "StreamingOutput",
     "SubgraphEvent",
     "ThreadBusyError",
@@ -139,6 +142,7 @@ __all__ = [
     "UnsafeHeadPolicy",
     "UnsafeHistoryError",
     "interrupt",
+    "stream_modes",
 ]
 
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig,
 from ._constants import END, START
 from ._edges import Send
 from ._interrupt import Command, PendingInterrupt, interrupt
+from ._modes import StreamMode, stream_modes
 from ._outputs import (
     CustomOutput,
     InterruptOutput,
@@ -44,9 +45,11 @@ __all__ = [
     "Send",
     "StateGraph",
     "StateSnapshot",
+    "StreamMode",
     "StreamingOutput",
     "SubgraphEvent",
     "TurnPolicy",
     "UnsafeHeadPolicy",
     "interrupt",
+    "stream_modes",
 ]
