@@ -61,7 +61,8 @@ class RunInfo:
         """Write ``value`` to the run's stream: the subscriber gets ``CustomOutput(node, state, value)`` at once, in
         order with the node's chunks (``custom`` stream mode gives the bare ``value``). From any thread, while the
         node's call runs: until it returned its update, or its stream (or coroutine) ended. A write is never part of
-        the node's update and never checkpointed; once the run was cancelled (or failed), a write is dropped.
+        the node's update and never checkpointed; once the run was cancelled (or failed), a write is dropped. (So
+        that they take turns, the chunks of a node that declares ``RunInfo`` are handed over under a lock.)
 
         Args:
             value: anything; it is handed to the subscriber as it is (not copied, not frozen).
