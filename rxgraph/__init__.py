@@ -49,6 +49,7 @@ from .graph import (
     CancelPolicy,
     Command,
     CompiledGraph,
+    CustomOutput,
     ErrorPolicy,
     FrozenDict,
     FrozenList,
@@ -67,10 +68,12 @@ from .graph import (
     StateGraph,
     StateSnapshot,
     StreamingOutput,
+    StreamMode,
     SubgraphEvent,
     TurnPolicy,
     UnsafeHeadPolicy,
     interrupt,
+    stream_modes,
 )
 
 __all__ = [
@@ -86,6 +89,7 @@ __all__ = [
     "Command",
     "CompiledGraph",
     "ConfigurationError",
+    "CustomOutput",
     "DeadlockError",
     "DecodeError",
     "ErrorPolicy",
@@ -128,6 +132,7 @@ __all__ = [
     "SqliteSaver",
     "StateGraph",
     "StateSnapshot",
+    "StreamMode",
     "StreamingOutput",
     "SubgraphEvent",
     "ThreadBusyError",
@@ -137,6 +142,7 @@ __all__ = [
     "UnsafeHeadPolicy",
     "UnsafeHistoryError",
     "interrupt",
+    "stream_modes",
 ]
 
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reactivex import Observable
 
 from ..errors import InvalidTypeError, MessageFormatError
+from ..graph._modes import add_message_type
 from ..messages._types import AssistantMessage, Message, TokenUsage, ToolCall
 
 __all__ = ["ChatChunk", "ChatModel", "ToolCallDelta", "ToolSpec", "merge_chunks"]
@@ -45,6 +46,9 @@ class ChatChunk(BaseModel):
     finish_reason: str | None = None
     refusal: str = ""
     usage: TokenUsage | None = None
+
+
+add_message_type(ChatChunk)  # a model's token: what "messages" stream mode emits
 
 
 class ToolSpec(BaseModel):

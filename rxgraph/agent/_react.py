@@ -271,7 +271,9 @@ class ReactAgent:
 
     # -- nodes -------------------------------------------------------------------------------------------------
 
-    def _call_model(self, state: Mapping[str, Any], run: RunInfo) -> Observable[ChatChunk]:
+    def _call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> Observable[ChatChunk]:
+        # The config, not RunInfo: a node that declares RunInfo may write, so its chunks take a lock each, and this
+        # one streams every token.
         history: Sequence[Message] = state.get("messages", ())
         calls = _model_calls_this_turn(history)
         if calls >= self.max_iterations:
@@ -282,7 +284,7 @@ class ReactAgent:
         request: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         request.extend(history)
         if self.trim is not None:
-            request = _trimmed(self.trim, request, prompted=bool(self.system_prompt), thread_id=run.thread_id)
+            request = _trimmed(self.trim, request, prompted=bool(self.system_prompt), thread_id=config.thread_id)
         tools = self._specs if calls + 1 < self.max_iterations else ()
         return self.model.stream(request, tools)
 

@@ -7,7 +7,16 @@ from ._config import CancelPolicy, ErrorPolicy, MultitaskPolicy, RunnableConfig,
 from ._constants import END, START
 from ._edges import Send
 from ._interrupt import Command, PendingInterrupt, interrupt
-from ._outputs import InterruptOutput, NodeOutput, RunOutput, StateSnapshot, StreamingOutput, SubgraphEvent
+from ._modes import StreamMode, stream_modes
+from ._outputs import (
+    CustomOutput,
+    InterruptOutput,
+    NodeOutput,
+    RunOutput,
+    StateSnapshot,
+    StreamingOutput,
+    SubgraphEvent,
+)
 from ._policies import NodeRetry, RetryPolicy
 from ._run_info import RunInfo
 from ._state import KeyReducer, KeyStrategy
@@ -18,6 +27,7 @@ __all__ = [
     "CancelPolicy",
     "Command",
     "CompiledGraph",
+    "CustomOutput",
     "ErrorPolicy",
     "FrozenDict",
     "FrozenList",
@@ -35,9 +45,11 @@ __all__ = [
     "Send",
     "StateGraph",
     "StateSnapshot",
+    "StreamMode",
     "StreamingOutput",
     "SubgraphEvent",
     "TurnPolicy",
     "UnsafeHeadPolicy",
     "interrupt",
+    "stream_modes",
 ]

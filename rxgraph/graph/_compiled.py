@@ -8,10 +8,10 @@ A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, TypeAlias, cast, overload
 
 from reactivex import Observable, abc
 from reactivex.scheduler import CurrentThreadScheduler, VirtualTimeScheduler
@@ -36,6 +36,7 @@ from ._constants import END
 from ._dead_run import find_dead_run, rewinds_dead_runs
 from ._draw import draw_mermaid
 from ._interrupt import Command, PendingInterrupt, in_node_call, interrupt
+from ._modes import StreamMode, stream_modes
 from ._outputs import InterruptOutput, RunOutput, StateSnapshot
 from ._run import Run
 from ._slots import slots_for
@@ -45,6 +46,9 @@ from ._transition import after_update
 from ._writer import ThreadWriter
 
 _SAME = object()  # _stream's default: its nodes are told the run's own thread
+
+_Input: TypeAlias = Mapping[str, Any] | Command[Any] | None
+_Modes: TypeAlias = StreamMode | Sequence[StreamMode]
 
 __all__ = ["CompiledGraph", "inner_stream", "spec_of"]
 
@@ -86,27 +90,39 @@ class CompiledGraph:
 
     # -- running -----------------------------------------------------------------------------------------------
 
+    @overload
+    def stream(self, input: _Input = None, config: RunnableConfig | None = None) -> Observable[RunOutput]: ...
+    @overload
     def stream(
-        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
-    ) -> Observable[RunOutput]:
+        self, input: _Input = None, config: RunnableConfig | None = None, *, mode: _Modes
+    ) -> Observable[Any]: ...
+    def stream(
+        self, input: _Input = None, config: RunnableConfig | None = None, *, mode: _Modes | None = None
+    ) -> Observable[Any]:
         """A cold Observable of one run's outputs; nothing runs and nothing is read until it is subscribed.
 
         Each subscription is a run: it holds the thread (see ``multitask``), reads its base when it starts, merges
         ``input`` into the state with the key strategies and starts at ``START`` — or, with ``input=None`` or a
         ``Command``, continues from the base checkpoint's ``next`` superstep (resuming a run that stopped early, or
         answering its pending interrupt). It emits a ``StreamingOutput`` per chunk a node streams, a ``NodeOutput``
-        per node that finished, and, when the run stops for a human, an ``InterruptOutput`` last.
+        per node that finished, a ``CustomOutput`` per ``RunInfo.write`` of a node, and, when the run stops for a
+        human, an ``InterruptOutput`` last. With ``mode``, it emits stream modes' payloads instead (``stream_modes``):
+        a mode's name gives its bare payloads, a list of names ``(mode, payload)`` tuples, as LangGraph's
+        ``stream_mode`` does.
 
         Args:
             input: the state keys this turn brings (a mapping), a ``Command(resume=...)`` answering the thread's
                 pending interrupt, or None to resume.
             config: the thread, scheduler and limits of the run.
+            mode: ``"values"``, ``"updates"``, ``"messages"``, ``"custom"`` or a list of them; None for the outputs.
 
         Raises:
-            InvalidTypeError: ``config`` is not a ``RunnableConfig``.
-            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread.
+            InvalidTypeError: ``config`` is not a ``RunnableConfig``, or ``mode`` not a name or a list of them.
+            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread, or ``mode`` names an
+                unknown mode (or is an empty list).
         """
-        return self._stream(input, config, None)
+        outputs = self._stream(input, config, None)
+        return outputs if mode is None else outputs.pipe(stream_modes(mode))
 
     def invoke(
         self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
@@ -206,9 +222,15 @@ class CompiledGraph:
             raise errors[0]
         return dict(final[0]), tuple(stops)
 
+    @overload
+    def astream(self, input: _Input = None, config: RunnableConfig | None = None) -> AsyncIterator[RunOutput]: ...
+    @overload
     def astream(
-        self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None
-    ) -> AsyncIterator[RunOutput]:
+        self, input: _Input = None, config: RunnableConfig | None = None, *, mode: _Modes
+    ) -> AsyncIterator[Any]: ...
+    def astream(
+        self, input: _Input = None, config: RunnableConfig | None = None, *, mode: _Modes | None = None
+    ) -> AsyncIterator[Any]:
         """The run's outputs as an async iterator, for asyncio code: ``async for output in graph.astream(...)``.
 
         The same run as ``stream`` (one per iteration), kept off the event loop: without a scheduler in the config,
@@ -218,14 +240,15 @@ class CompiledGraph:
         the run; the iterator's cleanup returns once the run has been torn down (and rewound). Reading items from
         tasks of their own (``asyncio.wait_for`` per item, ``asyncio.create_task(it.__anext__())``) does not, but a
         per-item timeout that fires does: it cancels the ``__anext__``. See ``rxgraph.rx.to_async_iterator`` for
-        exactly what cancels the run.
+        exactly what cancels the run. ``mode`` picks stream modes' payloads, as for ``stream``.
 
         Raises:
-            InvalidTypeError: ``config`` is not a ``RunnableConfig``.
-            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread.
+            InvalidTypeError: ``config`` is not a ``RunnableConfig``, or ``mode`` not a mode's name or a list of them.
+            InvalidArgumentError: the graph has a checkpointer and ``config`` names no thread, or an unknown ``mode``.
             Exception: whatever the run fails with, from the ``async for``.
         """
-        return to_async_iterator(self._stream(input, self._off_the_loop(config), None))
+        outputs = self._stream(input, self._off_the_loop(config), None)
+        return to_async_iterator(outputs if mode is None else outputs.pipe(stream_modes(mode)))
 
     async def ainvoke(
         self, input: Mapping[str, Any] | Command[Any] | None = None, config: RunnableConfig | None = None

@@ -1,9 +1,9 @@
-"""What a run emits (``RunOutput``: ``NodeOutput``, ``StreamingOutput``) and what ``get_state`` returns
-(``StateSnapshot``)."""
+"""What a run emits (``RunOutput``: ``NodeOutput``, ``StreamingOutput``, ``CustomOutput``, ``InterruptOutput``) and
+what ``get_state`` returns (``StateSnapshot``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,13 +12,24 @@ if TYPE_CHECKING:
 
 from ._interrupt import Command, PendingInterrupt
 
-__all__ = ["InterruptOutput", "NodeOutput", "RunOutput", "StateSnapshot", "StreamingOutput", "SubgraphEvent"]
+__all__ = [
+    "CustomOutput",
+    "InterruptOutput",
+    "NodeOutput",
+    "RunOutput",
+    "StateSnapshot",
+    "StreamingOutput",
+    "SubgraphEvent",
+    "node_update",
+]
 
 
 class RunOutput:
     """What a run emits: a ``NodeOutput`` when a node finished, a ``StreamingOutput`` for each chunk a node
-    streams. ``node`` is the node, ``state`` a read-only view of the state (after the node, for a ``NodeOutput``;
-    the one the node started from, for a ``StreamingOutput``). Outputs are immutable and compare by value."""
+    streams, a ``CustomOutput`` for each value a node writes (``RunInfo.write``), an ``InterruptOutput`` when it stops
+    for a human. ``node`` is the node, ``state`` a read-only view of the state (after the node, for a ``NodeOutput``;
+    the one the node started from, for a ``StreamingOutput`` or a ``CustomOutput``). Outputs are immutable and compare
+    by value."""
 
     # Plain slots behind read-only properties rather than frozen dataclasses: a frozen dataclass's __init__ costs
     # about four times as much, and a StreamingOutput is built for every chunk a node streams.
@@ -50,22 +61,36 @@ class RunOutput:
 class NodeOutput(RunOutput):
     """A node finished: its update is merged into ``state`` and, with a checkpointer, persisted.
 
-    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer).
+    ``checkpoint_id`` is the checkpoint written for this step (``None`` without a checkpointer). ``update`` is what
+    the node wrote in this step (see ``node_update``); two outputs compare by node, state and checkpoint id only, so
+    an output built by hand without an update equals the run's.
     """
 
-    __slots__ = ("_checkpoint_id",)
+    __slots__ = ("_checkpoint_id", "_update")
     __match_args__ = ("node", "state")
 
     _checkpoint_id: str | None
+    _update: Any
 
-    def __init__(self, node: str, state: Mapping[str, Any], *, checkpoint_id: str | None = None) -> None:
+    def __init__(
+        self, node: str, state: Mapping[str, Any], *, checkpoint_id: str | None = None, update: Any = None
+    ) -> None:
         self._node = node
         self._state = state
         self._checkpoint_id = checkpoint_id
+        self._update = update
 
     @property
     def checkpoint_id(self) -> str | None:
         return self._checkpoint_id
+
+    @property
+    def update(self) -> Any:
+        """The node's update in this step, as the node made it: the mapping it returned (a ``Command``'s
+        ``update``), None when it returned None or made no update, or a tuple of its updates, in order, when it made
+        several (a streaming node whose chunks are updates; a subgraph node, whose inner nodes' updates are merged).
+        What ``updates`` stream mode emits, under the node's name."""
+        return self._update
 
     def _fields(self) -> tuple[Any, ...]:
         return (self._node, self._state, self._checkpoint_id)
@@ -97,6 +122,32 @@ class StreamingOutput(RunOutput):
 
     def __repr__(self) -> str:
         return f"StreamingOutput(node={self._node!r}, chunk={self._chunk!r})"
+
+
+class CustomOutput(RunOutput):
+    """A value a node (or a tool it runs) wrote with ``RunInfo.write`` while it ran: ``value`` as it was written,
+    ``state`` the state the node started from. It goes to the subscriber only: it is never part of the node's update,
+    and never checkpointed."""
+
+    __slots__ = ("_value",)
+    __match_args__ = ("node", "state", "value")
+
+    _value: Any
+
+    def __init__(self, node: str, state: Mapping[str, Any], value: Any) -> None:
+        self._node = node
+        self._state = state
+        self._value = value
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self._node, self._state, self._value)
+
+    def __repr__(self) -> str:
+        return f"CustomOutput(node={self._node!r}, value={self._value!r})"
 
 
 class InterruptOutput(RunOutput):
@@ -132,14 +183,25 @@ class InterruptOutput(RunOutput):
         return f"InterruptOutput(node={self._node!r}, interrupt={self._interrupt!r})"
 
 
+def node_update(updates: Sequence[Any]) -> Any:
+    """``NodeOutput.update`` of a node that made ``updates`` in one step (each a mapping, None or a ``Command``): the
+    one update (a ``Command``'s ``update``), None for none, a tuple of them for several."""
+    if len(updates) == 1:
+        update = updates[0]
+        return update.update if isinstance(update, Command) else update
+    if not updates:
+        return None
+    return tuple(update.update if isinstance(update, Command) else update for update in updates)
+
+
 @dataclass(frozen=True, slots=True)
 class SubgraphEvent:
     """What a subgraph node streams: one output of its inner run (``StreamingOutput(node, state, chunk=event)`` in
-    the parent's stream). ``output`` is the inner ``NodeOutput`` or ``StreamingOutput`` (None for the last event of a
-    resumed inner run that emitted nothing, or for its ``Command.PARENT``); ``updates`` are the updates the inner
-    step made. When the subgraph node finishes, the parent merges the subgraph's final values of the keys these
-    updates wrote (see ``StateGraph.add_node``), then ``command``: the ``Command(graph=Command.PARENT)`` one of the
-    subgraph's nodes returned, which ended its run.
+    the parent's stream). ``output`` is the inner ``NodeOutput``, ``StreamingOutput`` or ``CustomOutput`` (None for the
+    last event of a resumed inner run that emitted nothing, or for its ``Command.PARENT``); ``updates`` are the
+    updates the inner step made. When the subgraph node finishes, the parent merges the subgraph's final values of
+    the keys these updates wrote (see ``StateGraph.add_node``), then ``command``: the
+    ``Command(graph=Command.PARENT)`` one of the subgraph's nodes returned, which ended its run.
     """
 
     node: str

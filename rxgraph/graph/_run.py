@@ -57,9 +57,9 @@ from ._edges import task_node
 from ._hops import Hops
 from ._interrupt import NO_CALL, CallScope, Command, PendingInterrupt, enter_scope, leave_scope, scoped
 from ._node import LATER, UPDATE, NodeSpec, classify
-from ._outputs import InterruptOutput, NodeOutput, RunOutput
+from ._outputs import InterruptOutput, NodeOutput, RunOutput, node_update
 from ._run_end import RunEnd
-from ._run_info import RunInfo
+from ._run_info import RunInfo, for_call
 from ._slots import slots_for
 from ._spec import GraphSpec
 from ._steps import COMPLETED_WHILE_SUBSCRIBING, SUBSCRIBING, WAITING, LateResult, Step, Superstep, called_on
@@ -248,7 +248,7 @@ class Run:
 
     # -- stepping ----------------------------------------------------------------------------------------------
 
-    def _call(self, node: NodeSpec, state_view: Any, index: int) -> Any:
+    def _call(self, node: NodeSpec, state_view: Any, index: int, step: Step | None) -> Any:
         """Call a node's action inside its scope: the answers to its ``interrupt()`` calls when this run resumes it,
         the inner state a subgraph node goes on with, and where a subgraph saves its progress."""
         answering = self.answering.get(index)
@@ -260,7 +260,8 @@ class Run:
         call = CallScope(resumes, inner, save) if resumes or inner is not None or save is not None else NO_CALL
         token = enter_scope(call)
         try:
-            return scoped(node.call(state_view, self.config, self.info), call, node.name)
+            info = self.info if node.run_info is None or step is None else for_call(self.info, step.on_write)
+            return scoped(node.call(state_view, self.config, info), call, node.name)
         finally:
             leave_scope(token)
 
@@ -285,7 +286,7 @@ class Run:
                 self.end.complete()
                 return
             if self.steps >= self.config.recursion_limit:
-                self.end.fail(self._too_many_steps(task_node(tasks[0])))
+                self.end.fail(_too_many_steps(self, task_node(tasks[0])))
                 return
             self.steps += 1
             if len(tasks) != 1 or type(tasks[0]) is not str:
@@ -295,17 +296,18 @@ class Run:
                 continue
             node = nodes[tasks[0]]
             state_view = MappingProxyType(at.state)
+            step = self.step = Step(self, node, state_view) if node.run_info is not None else None  # it may write
             try:
-                kind, result = self.open_step(node, state_view, 0)
+                kind, result = self.open_step(node, state_view, 0, step)
             except Exception as error:
                 self.end.node_failed(error, 0, node.name)
                 return
             if kind is UPDATE:
-                # The zero-chunk case of the same step: straight to the tail.
-                if not self._tail(node, (result,)):
+                # The zero-chunk case of the same step: straight to the tail (once its call's writes ended).
+                if (step is not None and not step.end_writes()) or not self._tail(node, (result,)):
                     return
                 continue
-            step = self.step = Step(self, node, state_view)
+            step = self.step = step or Step(self, node, state_view)
             if self.closed:
                 return  # cancelled while the action ran; cancel() may have missed this step, so do not start it
             # An error while subscribing reaches step.on_error (so the run fails) and the loop stops below.
@@ -317,22 +319,11 @@ class Run:
             if not self._tail_of_stream(step):
                 return
 
-    def _too_many_steps(self, name: str) -> GraphRecursionError:
-        limit = self.config.recursion_limit
-        return GraphRecursionError(
-            f"run {self.run_id} (thread {self.thread_id!r}) reached recursion_limit={limit} steps before END; the "
-            f"next node would be {name!r}. Raise RunnableConfig.recursion_limit if the graph is meant to loop this "
-            "often.",
-            limit=limit,
-            next_node=name,
-            run_id=self.run_id,
-            thread_id=self.thread_id,
-        )
-
-    def open_step(self, node: NodeSpec, state_view: Any, index: int) -> tuple[object, Any]:
+    def open_step(self, node: NodeSpec, state_view: Any, index: int, step: Step | None) -> tuple[object, Any]:
         """Call task ``index``'s node (or have it called on its scheduler): ``(UPDATE, update)`` for an update
         returned at once, ``(STREAM, observable)`` for a chunk stream, ``(LATER, observable)`` for a result that
-        comes later (an action on the node's scheduler, a coroutine), which ``LateResult`` resolves.
+        comes later (an action on the node's scheduler, a coroutine), which ``LateResult`` resolves. ``step`` (made
+        before the call for a node that declares ``RunInfo``) takes its call's writes.
 
         Raises:
             Exception: what the action raised; the ``NodeInterrupt`` it returned; ``InvalidUpdateError`` for a
@@ -340,8 +331,8 @@ class Run:
         """
         if node.scheduler is not None:
             # Blocking work: the action is called on the node's scheduler, and its result comes back later.
-            return LATER, called_on(node.scheduler, functools.partial(self._call, node, state_view, index))
-        result = self._call(node, state_view, index)
+            return LATER, called_on(node.scheduler, functools.partial(self._call, node, state_view, index, step))
+        result = self._call(node, state_view, index, step)
         kind = classify(node.name, result)
         return (LATER, from_awaitable(result, self.info.loop)) if kind is LATER else (kind, result)
 
@@ -437,9 +428,13 @@ class Run:
             except Exception as error:
                 self.end.fail(error)
                 return False
-        view = self.spec.schema.shown(MappingProxyType(at.state))
+        schema = self.spec.schema
+        view = schema.shown(MappingProxyType(at.state))
         checkpoint_id = checkpoint.id if checkpoint is not None else None
-        return all(self._emit(NodeOutput(name, view, checkpoint_id=checkpoint_id)) for name, _ in finished)
+        return all(
+            self._emit(NodeOutput(n, view, checkpoint_id=checkpoint_id, update=schema.shown_update(node_update(u))))
+            for n, u in finished
+        )
 
     def _stop(self, stop: PendingInterrupt) -> None:
         """The run reached an ``interrupt_before`` / ``interrupt_after`` stop (its checkpoint is written): say so,
@@ -466,6 +461,18 @@ class Run:
         self.emitting = False
         if self.end.late_error is not None:
             self.end.deliver_late_error()
+
+
+def _too_many_steps(run: Run, name: str) -> GraphRecursionError:
+    limit = run.config.recursion_limit
+    return GraphRecursionError(
+        f"run {run.run_id} (thread {run.thread_id!r}) reached recursion_limit={limit} steps before END; the next "
+        f"node would be {name!r}. Raise RunnableConfig.recursion_limit if the graph is meant to loop this often.",
+        limit=limit,
+        next_node=name,
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+    )
 
 
 class _NoObserver(abc.ObserverBase[Any]):

@@ -288,7 +288,11 @@ class RunEnd:
             step.late_error = True
         if group is not None:
             group.owe_late_error()
-        if not run.emitting and (step is None or not step.busy) and (group is None or not group.busy()):
+        if (
+            not run.emitting
+            and (step is None or not (step.busy or step.writing))
+            and (group is None or not group.busy())
+        ):
             self.deliver_late_error()
 
     def deliver_late_error(self) -> None:

@@ -1,4 +1,5 @@
-"""``RunInfo``: what a node or a tool may know about the run it works for — and how it learns it was cancelled."""
+"""``RunInfo``: what a node or a tool may know about the run it works for, how it learns it was cancelled, and how it
+writes custom events to the run's stream."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["RunInfo"]
+from ..errors import ConfigurationError
+
+__all__ = ["RunInfo", "for_call"]
 
 
 class RunInfo:
@@ -25,9 +28,10 @@ class RunInfo:
     - ``cancelled``: a ``threading.Event`` set when the run is cancelled or fails — blocking work on another thread
       checks it (or waits on it) to stop early; nothing it does afterwards is written.
     - ``loop``: the asyncio event loop the run awaits ``async def`` nodes and tools on.
+    - ``write(value)``: a custom event for the run's subscriber (a ``CustomOutput``; ``custom`` stream mode).
     """
 
-    __slots__ = ("_loop", "_loop_of", "cancelled", "context", "run_id", "thread_id")
+    __slots__ = ("_loop", "_loop_of", "_sink", "cancelled", "context", "run_id", "thread_id")
 
     def __init__(
         self,
@@ -43,6 +47,7 @@ class RunInfo:
         self.cancelled = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_of = loop_of
+        self._sink: Callable[[Any], None] | None = None  # where write() goes: set for one node call (for_call)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -52,5 +57,36 @@ class RunInfo:
             self._loop = self._loop_of()
         return self._loop
 
+    def write(self, value: Any) -> None:
+        """Write ``value`` to the run's stream: the subscriber gets ``CustomOutput(node, state, value)`` at once, in
+        order with the node's chunks (``custom`` stream mode gives the bare ``value``). From any thread, while the
+        node's call runs: until it returned its update, or its stream (or coroutine) ended. A write is never part of
+        the node's update and never checkpointed; once the run was cancelled (or failed), a write is dropped. (So
+        that they take turns, the chunks of a node that declares ``RunInfo`` are handed over under a lock.)
+
+        Args:
+            value: anything; it is handed to the subscriber as it is (not copied, not frozen).
+
+        Raises:
+            ConfigurationError: the node's call has ended (the run goes on without it), or this ``RunInfo`` is not a
+                node call's (a tool run outside any graph).
+        """
+        sink = self._sink
+        if sink is None:
+            raise ConfigurationError(
+                "RunInfo.write: this RunInfo is not one of a node's call (a tool run outside a graph?), so there is no "
+                "stream to write to"
+            )
+        sink(value)
+
     def __repr__(self) -> str:
         return f"RunInfo(thread_id={self.thread_id!r}, run_id={self.run_id!r}, cancelled={self.cancelled.is_set()})"
+
+
+def for_call(info: RunInfo, sink: Callable[[Any], None]) -> RunInfo:
+    """``info`` as one node call receives it: the same run (its ``cancelled`` event and loop shared), whose ``write``
+    goes to ``sink``."""
+    call = RunInfo(thread_id=info.thread_id, run_id=info.run_id, context=info.context, loop_of=lambda: info.loop)
+    call.cancelled = info.cancelled
+    call._sink = sink
+    return call

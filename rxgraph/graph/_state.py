@@ -201,6 +201,18 @@ class StateSchema:
             return state
         return MappingProxyType({key: value for key, value in state.items() if key in shown})
 
+    def shown_update(self, update: Any) -> Any:
+        """What a run's outputs show of a node's update (``NodeOutput.update``: a mapping, None, or a tuple of
+        them): a pydantic model's fields, and only the output keys."""
+        if isinstance(update, tuple):
+            return tuple(self.shown_update(one) for one in update)
+        if isinstance(update, BaseModel):
+            update = as_update(update)
+        shown = self.output_keys
+        if shown is None or not isinstance(update, Mapping):
+            return update
+        return {key: value for key, value in update.items() if key in shown}
+
     def taken_in(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The part of ``values`` that is this graph's input: the input keys (a subgraph takes these of its
         parent's state and leaves the rest)."""

@@ -19,12 +19,12 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, SerialDisposable
 
 from .._frozen import freeze
-from ..errors import NodeInterrupt
+from ..errors import ConfigurationError, NodeInterrupt
 from ..rx._awaitable import from_awaitable
 from ..rx._subscribe import subscribe_source
 from ._edges import Task, task_node
 from ._node import LATER, STREAM, UPDATE, NodeSpec, classify
-from ._outputs import RunOutput, StreamingOutput
+from ._outputs import CustomOutput, RunOutput, StreamingOutput
 from ._run_info import RunInfo
 from ._spec import GraphSpec
 from ._transition import Position
@@ -82,7 +82,7 @@ class StepHost(Protocol):
     @property
     def at(self) -> Position: ...
 
-    def open_step(self, node: NodeSpec, state_view: Any, index: int) -> tuple[object, Any]: ...
+    def open_step(self, node: NodeSpec, state_view: Any, index: int, step: Step | None) -> tuple[object, Any]: ...
 
     def subscribe_step(self, step: Step, source: Any, *, late: bool) -> abc.DisposableBase: ...
 
@@ -96,6 +96,10 @@ class Step:
 
     It is subscribed without reactivex's auto-detaching wrapper (one call less per chunk), so it keeps the same
     promise itself: nothing after a terminal event, nothing after the run was cancelled.
+
+    The step of a node that declares ``RunInfo`` exists from before its call, and forwards its writes too
+    (``on_write``): they may come from any thread while the call runs, so its chunks and writes take turns under
+    ``emit_lock`` (the superstep's, for a branch). Writes are forwarded only: never kept, never an update.
     """
 
     __slots__ = (
@@ -105,6 +109,7 @@ class Step:
         "_shown",
         "busy",
         "chunks",
+        "emit_lock",
         "group",
         "index",
         "late_error",
@@ -115,6 +120,7 @@ class Step:
         "state_view",
         "stopped",
         "updates",
+        "writing",
     )
 
     def __init__(self, run: StepHost, node: NodeSpec, state_view: Mapping[str, Any]) -> None:
@@ -135,6 +141,11 @@ class Step:
         self.updates: tuple[Mapping[str, Any] | None, ...] | None = None  # a late result that was an update
         self.group: Superstep | None = None  # the superstep this step is a branch of, if it runs in parallel
         self.index = 0  # its task's index in the superstep
+        self.writing = False  # a write is being handed to the subscriber right now (see RunEnd.preempt)
+        self.emit_lock: Any = None
+        if node.run_info is not None:  # it may write from other threads: its chunks take turns with its writes
+            self.emit_lock = threading.RLock()
+            self._emit = self._emit_in_turn
 
     def on_next(self, value: Any) -> None:
         # `busy` is set before `stopped` is read and cleared before `late_error` is read: see RunEnd.preempt.
@@ -155,6 +166,48 @@ class Step:
         if self.late_error:
             self.run.end.deliver_late_error()
 
+    def _emit_in_turn(self, value: RunOutput) -> None:
+        with self.emit_lock:
+            self.run.observer.on_next(value)
+
+    def on_write(self, value: Any) -> None:
+        """``RunInfo.write`` of the step's node call: a ``CustomOutput`` to the subscriber, in turn with its chunks.
+        ``writing`` and ``late_error`` follow the chunks' ``busy`` protocol (see ``RunEnd.preempt``).
+
+        Raises:
+            ConfigurationError: the call has ended, and the run was not cancelled (a cancelled run drops it).
+        """
+        failure: Exception | None = None
+        with self.emit_lock:
+            self.writing = True
+            ended = self.stopped
+            if not ended:
+                try:
+                    self.run.observer.on_next(CustomOutput(self._name, self.state_view, value))
+                except Exception as error:
+                    failure = error
+            self.writing = False
+        if failure is not None:
+            self.run.end.subscriber_failed(failure)
+            return
+        if self.late_error:
+            self.run.end.deliver_late_error()
+        if ended and not self.run.info.cancelled.is_set():
+            raise ConfigurationError(
+                f"node {self._name!r} wrote {value!r} after its call had ended: RunInfo.write works while the node "
+                "runs (until it returned its update, or its stream or coroutine ended)"
+            )
+
+    def end_writes(self) -> bool:
+        """The node's call ended: no write gets through from now on (one on its way on another thread is handed
+        over first). False when the step had stopped already."""
+        if self.emit_lock is None:
+            stopped, self.stopped = self.stopped, True
+            return not stopped
+        with self.emit_lock:
+            stopped, self.stopped = self.stopped, True
+            return not stopped
+
     def result(self) -> Any:
         """The step's updates, once its stream completed (an update that came late, or what its chunks make).
 
@@ -166,13 +219,11 @@ class Step:
         return self.node.updates_from_chunks(self.chunks, self.state_view)
 
     def on_error(self, error: Exception) -> None:
-        if not self.stopped:
-            self.stopped = True
+        if not self.stopped and self.end_writes():
             self.run.end.node_failed(error, self.index, self._name, self.group)
 
     def on_completed(self) -> None:
-        if not self.stopped:
-            self.stopped = True
+        if not self.stopped and self.end_writes():
             self.run.step_completed(self)
 
 
@@ -308,6 +359,8 @@ class Superstep:
         step.group = self
         step.index = index
         step._emit = self.emit
+        if step.emit_lock is not None:
+            step.emit_lock = self.emit_lock  # its writes take turns with every branch's chunks
         self.steps.append(step)
         done = run.at.done.get(index)
         if done is not None:  # it finished before this superstep failed or stopped: its update, as it was
@@ -315,7 +368,7 @@ class Superstep:
             step.on_completed()
             return
         try:
-            kind, result = run.open_step(node, view, index)
+            kind, result = run.open_step(node, view, index, step)
         except Exception as error:
             step.on_error(error)
             return
@@ -366,7 +419,7 @@ class Superstep:
             step.stopped = True
 
     def busy(self) -> bool:
-        return any(step.busy for step in list(self.steps))
+        return any(step.busy or step.writing for step in list(self.steps))
 
     def owe_late_error(self) -> None:
         for step in list(self.steps):

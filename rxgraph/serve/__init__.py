@@ -23,6 +23,8 @@ The answer is ``text/event-stream``. Each event's ``data`` is one line of JSON:
 - ``chunk``: ``{"node", "chunk"}`` — something a node streamed: a ``ChatChunk`` as its JSON (``content``,
   ``tool_calls`` deltas, ``finish_reason``), a ``ToolMessage`` in the wire format (``role`` ``"tool"``,
   ``tool_call_id``, ``content``), anything else as ``rxgraph inspect`` shows values.
+- ``custom``: ``{"node", "value"}`` — something a node wrote with ``RunInfo.write`` (its value as ``rxgraph
+  inspect`` shows values).
 - ``node``: ``{"node", "checkpoint_id"}`` — a node finished and its checkpoint was written; for an agent, also
   ``"messages"``: what the node added to the history, in the wire format (the assistant message; the tool
   messages, in call order).

@@ -11,7 +11,7 @@ from sse_starlette import ServerSentEvent
 from .._json import to_json
 from ..errors import ModelAPIError
 from ..graph._interrupt import PendingInterrupt
-from ..graph._outputs import InterruptOutput, NodeOutput, RunOutput, StreamingOutput
+from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput
 from ..messages._openai import to_openai
 from ..messages._types import Message, ToolMessage
 
@@ -46,6 +46,8 @@ class EventEncoder:
     def output(self, output: RunOutput) -> ServerSentEvent:
         if isinstance(output, StreamingOutput):
             return _event("chunk", {"node": output.node, "chunk": _chunk_json(output.chunk)})
+        if isinstance(output, CustomOutput):
+            return _event("custom", {"node": output.node, "value": to_json(output.value)})
         if isinstance(output, InterruptOutput):
             self.last_checkpoint_id = None  # an interrupt inside a node writes one more: `end` reads the head
             return _event("interrupt", {"thread_id": self.thread_id, **interrupt_json(output.interrupt)})

@@ -17,7 +17,7 @@ from ..checkpoint._memory import MemorySaver
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..graph._compiled import CompiledGraph
 from ..graph._config import RunnableConfig
-from ..graph._outputs import RunOutput, StreamingOutput
+from ..graph._outputs import CustomOutput, RunOutput, StreamingOutput
 from ..rx import SignalType, do_finally
 from ._recording import Event, Recorder, RecordingSaver
 from ._timeline import render_timeline
@@ -103,7 +103,8 @@ def after_checkpoint(node: str) -> Callable[[Event], bool]:
 
 
 def after_output(node: str, *, chunks: int | None = None) -> Callable[[Event], bool]:
-    """An event predicate: ``node``'s ``NodeOutput`` (or, with ``chunks=n``, its n-th streamed chunk)."""
+    """An event predicate: ``node``'s ``NodeOutput`` (or, with ``chunks=n``, its n-th streamed chunk; a value it
+    writes with ``RunInfo.write`` counts as a chunk)."""
     seen = 0
 
     def _match(event: Event) -> bool:
@@ -289,7 +290,10 @@ class CancellationHarness:
             turn.head = self.head()
 
         def on_next(output: RunOutput) -> None:
-            recorder.record("chunk" if isinstance(output, StreamingOutput) else "node", output.node, output)
+            # A node's writes are recorded with its chunks: both come while it runs, neither is its end.
+            recorder.record(
+                "chunk" if isinstance(output, StreamingOutput | CustomOutput) else "node", output.node, output
+            )
 
         def on_error(error: Exception) -> None:
             if record.signal is SignalType.ON_ERROR:

@@ -565,3 +565,31 @@ def test_node_schemas_custom_output() -> None:
     }
     with pytest.raises(InvalidUpdateError, match=r"\['now'\] are not in the graph's input schema"):
         graph.invoke({"hello": "there", "bye": "world", "messages": "hello", "now": 345})
+
+
+def test_stream_modes_of_a_typed_graph_leave_private_keys_out() -> None:
+    class State(BaseModel):
+        answer: str = ""
+
+    class Draft(TypedDict):
+        draft: str
+
+    def draft(state: State) -> dict[str, Any]:
+        return {"draft": "d", "answer": "working"}
+
+    def polish(state: Draft) -> dict[str, Any]:
+        return {"answer": state["draft"] + "!"}
+
+    graph = (
+        StateGraph(State)
+        .add_node("draft", draft).add_node("polish", polish)
+        .add_edge(START, "draft").add_edge("draft", "polish").add_edge("polish", END)
+        .compile()
+    )  # fmt: skip
+    both = graph.stream({}, mode=["updates", "values"]).pipe(ops.to_list()).run()
+    assert [(mode, dict(payload)) for mode, payload in both] == [
+        ("updates", {"draft": {"answer": "working"}}),
+        ("values", {"answer": "working"}),
+        ("updates", {"polish": {"answer": "d!"}}),
+        ("values", {"answer": "d!"}),
+    ]
