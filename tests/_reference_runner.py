@@ -4,11 +4,12 @@
 
     stream  = defer(start), started in an action on the run's scheduler (or the trampoline)   cold; base read then
               .do_action(terminated)  |> raise the cancelled flag, then dispose  |> finally_action(rewind if cut)
-    start   = read the base, merge the input, write the input checkpoint; steps(first superstep)
+    start   = read the base, check and merge the input, write the input checkpoint; steps(first superstep)
     step N  = defer(action(state)).do_action(keep).map(StreamingOutput) ++ defer(tail)      one task
     step N  = from_iterable(defer(action_i(state_i)).do_action(keep_i).map(StreamingOutput) for each task)
               .merge(max_concurrent) ++ defer(superstep tail)                                several tasks, or a Send
-    tail    = merge (in task order), route, write (guarded by the cancelled flag); of(NodeOutput...) ++ defer(steps)
+    tail    = merge (in task order), route (edges, then commands), write (guarded by the cancelled flag);
+              of(NodeOutput...) ++ defer(steps)                          outputs show the output keys only
 
 The machinery between steps (``concat``, ``defer``) runs on the current thread's trampoline, node streams on the
 run's scheduler. ``tests/graph/test_differential.py`` checks the real runner (``rxgraph/graph/_run.py``, one
@@ -18,23 +19,35 @@ What a run decides is written here again, plainly, from the documented rules —
 runner's own code is not also the reference's answer:
 
 - ``merge_update``: one update into the state, key by key (``REPLACE``, ``APPEND``, ``MERGE``, a reducer function —
-  the user's own function is called, as it is part of the graph);
+  the user's own function is called, as it is part of the graph — starting from its class's empty value); a key a
+  class state does not declare is refused;
 - ``merge_superstep``: a superstep's updates in task order, a key without a reducer written by one node only;
+- ``split_update``: what a node's ``Command`` brings — its ``update`` to merge, its ``goto`` to follow (``resume=``
+  refused);
 - ``updates_of``: the updates a streaming node's chunks make (its ``reduce``, or each chunk);
 - ``next_tasks``: the routing — fixed edges, route functions and their path maps, ``Send`` items, joins waiting
-  across supersteps;
+  across supersteps, then the commands' ``goto`` (a node named again runs once, each ``Send`` is a task, ``END``
+  adds nothing, anything else is a ``RouteError``);
 - ``pending_work`` and ``work_of``: the pending work a checkpoint holds (``Send`` payloads, joins' progress) and
-  the tasks it describes;
+  the tasks it describes; ``finished_work`` and ``done_of``: the finished branches of a failed superstep it keeps
+  (updates, and commands with their ``goto``), and read back;
+- ``check_input``, ``shown``, ``keys_read_by`` and ``read_as``: the typed state's key sets — the keys an input may
+  bring, the keys the outputs show (the thread keeps every key), and the part of the state (or of a ``Send``'s
+  payload) a node or route receives: the keys of the ``TypedDict`` its first parameter is annotated with;
 - ``undo_a_dead_run``: how a run that never ended is recognised and undone before the next turn.
 
 What it still shares with the runner, and why:
 
-- the graph as compiled (``graph._spec``), read as data only: the nodes, the declared key strategies, each node's
-  ways out (target, route function, path map, in the order the builder keeps), the joins' sources and targets, the
-  policies. Building the graph is ``StateGraph``'s part, checked by its own tests; the rules above read it and never
-  call its methods (``advance``, ``next_tasks``, ``merge``...);
-- ``NodeSpec.call``: it calls the user's action with what the action declares (state, config, ``RunInfo``); that
-  is the user's code, run the same way on both sides;
+- the graph as compiled (``graph._spec``), read as data only: the nodes, the declared key strategies and where a
+  reducer function's key starts, the state's key sets (``keys``, ``input_keys``, ``output_keys``: which keys are
+  private is decided by compiling the classes), each node's ways out (target, route function, path map, in the
+  order the builder keeps), the joins' sources and targets, the policies. Building the graph is ``StateGraph``'s
+  part, checked by its own tests; the rules above read it and never call its methods (``advance``, ``next_tasks``,
+  ``merge``, ``shown``...). The compiled readers (``NodeSpec.reads``, ``Branch.reads``) are only looked at to refuse
+  a reader the reference cannot name from a signature;
+- ``NodeSpec.call``, with its ``reads`` left out: it calls the user's action with what the action declares (the
+  part of the state this module decided, config, ``RunInfo``); that is the user's code, run the same way on both
+  sides;
 - ``choose_base``: which checkpoint a turn starts from (``tests/graph/test_choose_base.py`` checks it);
 - ``ThreadWriter``: the guarded compare-and-set write, ``record_error`` and the rewind. Both runners must drive the
   one writer: the test compares what the saver holds, and the writer is how anything gets there (its ``seq``,
@@ -42,17 +55,25 @@ What it still shares with the runner, and why:
 - the public types (``Send``, ``FrozenList``, ``FrozenDict``, ``KeyStrategy``, outputs, errors).
 
 The reference models what the generated graphs use: no interrupts, no node policies (retry, timeout), no node
-schedulers, no subgraphs. ``reference_stream`` refuses a graph that uses any of them rather than guess.
+schedulers, no subgraphs (nor ``Command(graph=...)``), no pydantic schemas (validation, model instances), and no
+node or route that reads a class its signature does not name (``add_node(input_schema=...)``, or an unannotated one
+in a class state with private keys). ``reference_stream`` refuses a graph that uses any of them rather than guess.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import reactivex as rx
+import typing_extensions
+from pydantic import BaseModel
 from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
@@ -63,6 +84,7 @@ from rxgraph import (
     START,
     CheckpointConflictError,
     CheckpointSaver,
+    Command,
     CompiledGraph,
     FrozenDict,
     FrozenList,
@@ -81,11 +103,19 @@ from rxgraph.graph._writer import ThreadWriter
 from rxgraph.rx._awaitable import background_loop
 
 __all__ = [
+    "Keys",
+    "check_input",
+    "done_of",
+    "finished_work",
+    "keys_read_by",
     "merge_superstep",
     "merge_update",
     "next_tasks",
     "pending_work",
+    "read_as",
     "reference_stream",
+    "shown",
+    "split_update",
     "undo_a_dead_run",
     "updates_of",
     "work_of",
@@ -114,15 +144,102 @@ def frozen(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class Keys:
+    """What the reference reads of the compiled state schema, as data: each key's strategy, where a reducer
+    function's key starts (a class's ``Annotated[int, operator.add]`` starts from ``int()``), and three key sets —
+    the keys the state may hold (None: any key, a mapping schema), those a run's input may bring (None: the state's),
+    those the outputs show (None: all)."""
+
+    strategies: Mapping[str, Any]
+    initial: Mapping[str, Any]
+    declared: frozenset[str] | None
+    input: frozenset[str] | None
+    output: frozenset[str] | None
+
+    @classmethod
+    def of(cls, schema: Any) -> Keys:
+        return cls(
+            dict(schema.strategies),
+            dict(getattr(schema, "_initial", None) or {}),
+            schema.keys,
+            schema.input_keys,
+            schema.output_keys,
+        )
+
+
+def check_input(keys: Keys, input: Mapping[str, Any]) -> None:
+    """Refuse an input that brings a key the graph's input does not take (its input schema's keys, else the state's
+    keys; any key for a mapping schema)."""
+    taken = keys.input if keys.input is not None else keys.declared
+    if taken is None:
+        return
+    unknown = sorted(str(key) for key in input if key not in taken)
+    if unknown:
+        raise InvalidUpdateError(f"input: {unknown} are not keys the graph's input takes ({sorted(taken)})")
+
+
+def shown(keys: Keys, state: Any) -> Any:
+    """What an output (``NodeOutput``, ``StreamingOutput``) shows of ``state``: the output keys only, when the graph
+    has an output schema or private keys; the state itself otherwise."""
+    if keys.output is None or not isinstance(state, Mapping):
+        return state
+    return MappingProxyType({key: value for key, value in state.items() if key in keys.output})
+
+
+def _read_class(function: Callable[..., Any]) -> type | None:
+    """The class annotating ``function``'s first parameter, if it is a ``TypedDict`` or a pydantic model."""
+    try:
+        return _read_class_of(function)
+    except TypeError:  # a callable object that cannot be hashed: not cached
+        return _read_class_of.__wrapped__(function)
+
+
+@functools.lru_cache(maxsize=512)
+def _read_class_of(function: Callable[..., Any]) -> type | None:
+    # Only the first parameter's annotation is resolved (a string under ``from __future__ import annotations``).
+    try:
+        if inspect.isfunction(function):
+            code = function.__code__
+            first = code.co_varnames[0] if code.co_argcount else None
+        else:
+            first = next(iter(inspect.signature(function).parameters), None)
+        hint = getattr(function, "__annotations__", {}).get(first) if first is not None else None
+        if isinstance(hint, str):
+            hint = eval(hint, getattr(function, "__globals__", {}))  # as typing.get_type_hints does
+    except Exception:  # no signature, or an annotation that does not resolve: it declares nothing
+        return None
+    if typing_extensions.is_typeddict(hint) or (isinstance(hint, type) and issubclass(hint, BaseModel)):
+        return hint  # type: ignore[no-any-return]
+    return None
+
+
+def keys_read_by(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The keys a node's action or a route reads: those of the ``TypedDict`` its first parameter is annotated with.
+    None: it declares nothing, and gets the state as it is."""
+    declared = _read_class(function)
+    if declared is None:
+        return None
+    return declared.__required_keys__ | declared.__optional_keys__  # type: ignore[attr-defined, no-any-return]
+
+
+def read_as(keys: frozenset[str] | None, state: Any) -> Any:
+    """What a node or route that reads ``keys`` receives of ``state`` (or of a ``Send``'s payload): those keys only."""
+    if keys is None or not isinstance(state, Mapping):
+        return state
+    return MappingProxyType({key: value for key, value in state.items() if key in keys})
+
+
 def merge_update(
-    strategies: Mapping[str, Any], state: Mapping[str, Any], update: Any, origin: str, node: str | None = None
+    keys: Keys, state: Mapping[str, Any], update: Any, origin: str, node: str | None = None
 ) -> dict[str, Any]:
     """A new state: ``update`` merged into ``state`` key by key, each key as its strategy says.
 
-    REPLACE (a key with no strategy too): the new value. APPEND: the old items (none if absent; an old value that is
-    not a list counts as its items if a tuple, else as one item), then the update's items if it is a list or tuple,
-    else the update as one item. MERGE: the old mapping (empty if absent or not a mapping) with the update's keys set
-    over it; the update must be a mapping. A function: ``function(old or None, update)``.
+    A key the state does not declare (a class state's keys are closed) is refused. REPLACE (a key with no strategy
+    too): the new value. APPEND: the old items (none if absent; an old value that is not a list counts as its items
+    if a tuple, else as one item), then the update's items if it is a list or tuple, else the update as one item.
+    MERGE: the old mapping (empty if absent or not a mapping) with the update's keys set over it; the update must be
+    a mapping. A function: ``function(old, update)``, ``old`` being the key's start (see ``Keys``) or None if absent.
     """
     new = dict(state)
     if update is None:
@@ -132,7 +249,9 @@ def merge_update(
     for key, value in update.items():
         if not isinstance(key, str):
             raise InvalidUpdateError(f"{origin}: state keys must be strings, got {key!r}", node=node)
-        strategy = strategies.get(key, KeyStrategy.REPLACE)
+        if keys.declared is not None and key not in keys.declared:
+            raise InvalidUpdateError(f"{origin}: {key!r} is not a key of the state", node=node)
+        strategy = keys.strategies.get(key, KeyStrategy.REPLACE)
         if strategy is KeyStrategy.REPLACE:
             new[key] = frozen(value)
         elif strategy is KeyStrategy.APPEND:
@@ -150,7 +269,7 @@ def merge_update(
             new[key] = FrozenDict(merged)
         else:
             try:
-                reduced = strategy(new.get(key), value)
+                reduced = strategy(new[key] if key in new else keys.initial.get(key), value)
             except Exception as error:
                 raise InvalidUpdateError(f"{origin}: the reducer of {key!r} raised {error!r}", node=node) from error
             new[key] = frozen(reduced)
@@ -158,15 +277,16 @@ def merge_update(
 
 
 def merge_superstep(
-    strategies: Mapping[str, Any], state: Mapping[str, Any], results: Sequence[tuple[str, Sequence[Any]]]
+    keys: Keys, state: Mapping[str, Any], results: Sequence[tuple[str, Sequence[Any]]]
 ) -> dict[str, Any]:
-    """A new state: every task's updates (``(node, updates)`` in task order), merged one after the other in that
-    order. A key with no strategy (REPLACE) may be written by one node only in a superstep."""
+    """A new state: every task's updates (``(node, updates)`` in task order; a ``Command``'s values, see
+    ``split_update``), merged one after the other in that order. A key with no strategy (REPLACE) may be written by
+    one node only in a superstep."""
     writer_of: dict[str, str] = {}
     for node, updates in results:
         for update in updates:
             for key in update if isinstance(update, Mapping) else ():
-                if strategies.get(key, KeyStrategy.REPLACE) is not KeyStrategy.REPLACE:
+                if keys.strategies.get(key, KeyStrategy.REPLACE) is not KeyStrategy.REPLACE:
                     continue
                 if writer_of.setdefault(key, node) != node:
                     raise InvalidUpdateError(
@@ -175,8 +295,24 @@ def merge_superstep(
     new = dict(state)
     for node, updates in results:
         for update in updates:
-            new = merge_update(strategies, new, update, f"node {node!r}", node)
+            new = merge_update(keys, new, update, f"node {node!r}", node)
     return new
+
+
+def split_update(node: str, update: Any) -> tuple[Any, list[Any]]:
+    """What one of a node's updates brings: the values to merge, and where it sends the run besides its edges — a
+    ``Command``'s ``update`` and its ``goto`` as a list (one target alone is a list of one), a plain update and
+    nowhere. A node's command answers no interrupt: ``resume=`` in it fails the run."""
+    if not isinstance(update, Command):
+        return update, []
+    if update.graph is not None:
+        raise NotImplementedError("the reference runner does not model subgraphs (Command(graph=...))")
+    if update.resume is not None:
+        raise InvalidUpdateError(
+            f"node {node!r}: a node's Command updates and routes; resume= is a run's input", node=node
+        )
+    goto = update.goto
+    return update.update, [goto] if isinstance(goto, str | Send) else list(goto)
 
 
 def updates_of(node: Any, chunks: Sequence[Any], state: Mapping[str, Any]) -> Sequence[Any]:
@@ -198,7 +334,7 @@ def _targets_of_way(way: Any, state: Mapping[str, Any], nodes: Mapping[str, Any]
     """What one way out of a node (a fixed edge, or a route with or without a path map) leads to, END left out."""
     if way.target is not None:
         return [] if way.target == END else [way.target]
-    answer = way.route(state)
+    answer = way.route(read_as(keys_read_by(way.route), state))
     labels = list(answer) if isinstance(answer, list | tuple) else [answer]
     found: list[Task] = []
     for label in labels:
@@ -224,14 +360,20 @@ def _targets_of_way(way: Any, state: Mapping[str, Any], nodes: Mapping[str, Any]
 
 
 def next_tasks(
-    graph: Any, finished: Sequence[str], state: Mapping[str, Any], waiting: Mapping[int, frozenset[str]]
+    graph: Any,
+    finished: Sequence[str],
+    state: Mapping[str, Any],
+    waiting: Mapping[int, frozenset[str]],
+    goto: Sequence[tuple[str, Any]] = (),
 ) -> tuple[tuple[Task, ...], Waiting]:
     """The next superstep's tasks after the nodes in ``finished`` (or ``START``) ran, given the state they made, and
     the joins still waiting after it.
 
     In order: each finished node's ways out, in the order the graph keeps them; then each join that every one of its
-    sources has now reached (in this superstep or an earlier one since it last fired). A node named twice runs once;
-    every ``Send`` is a task of its own. A join reached by only some of its sources remembers them.
+    sources has now reached (in this superstep or an earlier one since it last fired); then where the nodes'
+    commands go (``goto``: ``(node, target)`` in task order): a node, a ``Send`` to a node, or ``END`` (nothing).
+    A node named twice runs once; every ``Send`` is a task of its own. A join reached by only some of its sources
+    remembers them. A route's label or a command's target that leads nowhere is a ``RouteError``.
     """
     view = MappingProxyType(dict(state))
     tasks: list[Task] = []
@@ -256,6 +398,12 @@ def next_tasks(
                 add(join.target)
         else:
             still_waiting[index] = frozenset(reached)
+    for node, target in goto:
+        name = target.node if isinstance(target, Send) else target
+        if isinstance(name, str) and name in graph.nodes:
+            add(target)
+        elif not (isinstance(target, str) and target == END):
+            raise RouteError(f"{node!r} commanded goto={target!r}, not a node", node=node, label=target)
     return tuple(tasks), still_waiting
 
 
@@ -273,14 +421,31 @@ def pending_work(tasks: Sequence[Task], waiting: Mapping[int, frozenset[str]]) -
 
 def finished_work(finished: Mapping[int, Sequence[Any]]) -> dict[str, Any]:
     """What a checkpoint keeps of the branches that finished in a superstep that then failed: ``done``, each
-    branch's updates as ``["update", values]``, by its position as a string."""
-    return {"done": {str(index): [["update", frozen(u)] for u in updates] for index, updates in finished.items()}}
+    branch's updates by its position as a string — ``["update", values]``, or for a ``Command``
+    ``["command", values, goto]``, its goto a list whose ``Send`` items are ``["send", node, payload]``."""
+
+    def kept(update: Any) -> list[Any]:
+        if not isinstance(update, Command):
+            return ["update", frozen(update)]
+        goto = update.goto
+        targets = [goto] if isinstance(goto, str | Send) else list(goto)
+        written = [["send", t.node, frozen(t.arg)] if isinstance(t, Send) else t for t in targets]
+        return ["command", frozen(update.update), written]
+
+    return {"done": {str(index): [kept(u) for u in updates] for index, updates in finished.items()}}
 
 
 def done_of(pending: Mapping[str, Any] | None) -> dict[int, tuple[Any, ...]]:
     """The finished branches' updates a checkpoint's ``pending`` keeps (``finished_work`` read back)."""
+
+    def update_of(kept: Sequence[Any]) -> Any:
+        if kept[0] == "update":
+            return kept[1]
+        goto = [t if isinstance(t, str) else Send(t[1], t[2]) for t in kept[2]]
+        return Command(update=kept[1], goto=goto)
+
     stored = (pending or {}).get("done", {})
-    return {int(index): tuple(update for _, update in updates) for index, updates in stored.items()}
+    return {int(index): tuple(update_of(kept) for kept in updates) for index, updates in stored.items()}
 
 
 def work_of(next_nodes: Sequence[str], pending: Mapping[str, Any] | None) -> tuple[tuple[Task, ...], Waiting]:
@@ -298,9 +463,23 @@ def work_of(next_nodes: Sequence[str], pending: Mapping[str, Any] | None) -> tup
 def _refuse_what_is_not_modelled(spec: Any) -> None:
     if spec.interrupt_before or spec.interrupt_after:
         raise NotImplementedError("the reference runner does not model interrupt_before / interrupt_after")
+    if spec.schema.model is not None or getattr(spec.schema, "_validators", None):
+        raise NotImplementedError("the reference runner does not model pydantic schemas (validation, model instances)")
     for node in spec.nodes.values():
         if node.retry is not None or node.timeout is not None or node.scheduler is not None or node.subgraph:
             raise NotImplementedError(f"node {node.name!r}: the reference runner does not model its options")
+    readers = [(f"node {n.name!r}", n.action, n.reads) for n in spec.nodes.values()]
+    readers += [
+        (f"the route of {w.source!r}", w.route, w.reads) for ws in spec.branches.values() for w in ws if w.route
+    ]
+    for what, function, compiled_reader in readers:
+        declared = _read_class(function)
+        if declared is not None and issubclass(declared, BaseModel):
+            raise NotImplementedError(f"{what} reads a pydantic model: the reference runner does not model it")
+        if compiled_reader is not None and declared is None:
+            # add_node(input_schema=...), or a class state with private keys and an action that declares nothing:
+            # the class it reads is not in the compiled graph, and the reference does not guess it.
+            raise NotImplementedError(f"{what} reads a class its signature does not name: annotate its state")
 
 
 # -- the run ----------------------------------------------------------------------------------------------------
@@ -310,7 +489,13 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
     """What ``graph.stream(input, config)`` does, from reactivex operators only (no run slots: one run at a time)."""
     spec = graph._spec  # the graph as compiled, read as data
     _refuse_what_is_not_modelled(spec)
-    strategies = spec.schema.strategies
+    keys = Keys.of(spec.schema)
+    # Each action is called with the part of the state the reference decided it reads (not the compiled reader).
+    actions = {name: dataclasses.replace(node, reads=None) for name, node in spec.nodes.items()}
+    reads = {name: keys_read_by(node.action) for name, node in spec.nodes.items()}
+
+    def call(name: str, state: Any, run_config: Any, info: RunInfo) -> Any:
+        return actions[name].call(read_as(reads[name], state), run_config, info)
 
     def per_subscription(subscribe_scheduler: abc.SchedulerBase | None) -> Observable[NodeOutput]:
         run_scheduler = config.scheduler or subscribe_scheduler
@@ -352,7 +537,8 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 tasks, waiting = work_of(base.next, base.pending) if base is not None else ((), {})
                 resumed_done[0] = done_of(base.pending if base is not None else None)
                 return steps(tasks, state, 0, waiting)
-            state = merge_update(strategies, state, input, "input")
+            check_input(keys, input)
+            state = merge_update(keys, state, input, "input")
             tasks, waiting = next_tasks(spec, (START,), state, {})
             commit(state, START, "input", tasks, waiting)
             return steps(tasks, state, 0, waiting)
@@ -379,14 +565,16 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
 
             def branch(index: int, task: Task) -> Observable[Any]:
                 def start_branch(_: Any) -> Observable[Any]:
+                    if terminated[0]:  # the run failed while the merge was still starting branches: no more
+                        return rx.empty(scheduler=ImmediateScheduler.singleton())
                     name = name_of(task)
                     node = spec.nodes[name]
                     state_of: Any = frozen(task.arg) if isinstance(task, Send) else view
                     if index in done:  # finished before the superstep failed: its updates as they were
                         results[index] = finished_now[0][index] = done[index]
                         return rx.empty(scheduler=ImmediateScheduler.singleton())
-                    result = node.call(state_of, run_config, info)
-                    if result is None or isinstance(result, Mapping):
+                    result = call(name, state_of, run_config, info)
+                    if result is None or isinstance(result, Mapping | Command):
                         # No chunks: the branch is done when its action returns, and frees its place at once.
                         results[index] = finished_now[0][index] = (result,)
                         return rx.empty(scheduler=ImmediateScheduler.singleton())
@@ -400,7 +588,7 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
 
                     return on_run_scheduler(result).pipe(
                         ops.do_action(chunks.append),
-                        ops.map(lambda c: StreamingOutput(name, state_of, c)),
+                        ops.map(lambda c: StreamingOutput(name, shown(keys, state_of), c)),
                         ops.do_action(on_completed=completed),
                     )
 
@@ -424,17 +612,20 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 return rx.empty()
             finished_now[0] = {}  # every branch finished: a failure from here on is the superstep's, run again whole
             try:
-                state = merge_superstep(
-                    strategies, state, [(name_of(task), updates) for task, updates in zip(tasks, results, strict=True)]
-                )
+                split = [
+                    (name_of(task), [split_update(name_of(task), update) for update in updates])
+                    for task, updates in zip(tasks, results, strict=True)
+                ]
+                state = merge_superstep(keys, state, [(name, [values for values, _ in both]) for name, both in split])
+                goto = [(name, target) for name, both in split for _, targets in both for target in targets]
                 finished = tuple(dict.fromkeys(name_of(task) for task in tasks))
-                following, waiting = next_tasks(spec, finished, state, waiting)
+                following, waiting = next_tasks(spec, finished, state, waiting, goto)
             except (InvalidUpdateError, RouteError) as error:
                 return rx.throw(error)
             checkpoint = commit(state, ",".join(finished), "loop", following, waiting)
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()
-            view = MappingProxyType(state)
+            view = shown(keys, MappingProxyType(state))
             checkpoint_id = checkpoint.id if checkpoint else None
             outputs = [NodeOutput(name_of(task), view, checkpoint_id=checkpoint_id) for task in tasks]
             return rx.concat(
@@ -445,10 +636,10 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
         def step(name: str, state: dict[str, Any], count: int, waiting: Waiting) -> Observable[Any]:
             node = spec.nodes[name]
             view = MappingProxyType(state)
-            result = node.call(view, run_config, info)
+            result = call(name, view, run_config, info)
             chunks: list[Any] = []
             updates: Callable[[], Sequence[Any]]
-            if result is None or isinstance(result, Mapping):
+            if result is None or isinstance(result, Mapping | Command):
                 stream: Observable[Any] = rx.empty()
                 updates = lambda: (result,)  # noqa: E731
             elif isinstance(result, abc.ObservableBase):
@@ -456,22 +647,27 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
                 updates = lambda: updates_of(node, chunks, view)  # noqa: E731
             else:
                 return rx.throw(TypeError(f"node {name!r} returned a {type(result).__name__}"))
-            forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, view, c)))
+            seen = shown(keys, view)
+            forwarded = stream.pipe(ops.do_action(chunks.append), ops.map(lambda c: StreamingOutput(name, seen, c)))
             return rx.concat(forwarded, rx.defer(lambda _: tail(name, state, updates(), count, waiting)))
 
         def tail(name: str, state: dict[str, Any], updates: Sequence[Any], count: int, waiting: Waiting) -> Any:
             if writer.cancelled:
                 return rx.empty()
             try:
+                goto: list[tuple[str, Any]] = []
                 for update in updates:
-                    state = merge_update(strategies, state, update, f"node {name!r}", name)
-                following, waiting = next_tasks(spec, (name,), state, waiting)
+                    values, targets = split_update(name, update)
+                    goto += [(name, target) for target in targets]
+                    state = merge_update(keys, state, values, f"node {name!r}", name)
+                following, waiting = next_tasks(spec, (name,), state, waiting, goto)
             except (InvalidUpdateError, RouteError) as error:
                 return rx.throw(error)
             checkpoint = commit(state, name, "loop", following, waiting)
             if checkpoint is None and writer.saver is not None:
                 return rx.empty()
-            output = NodeOutput(name, MappingProxyType(state), checkpoint_id=checkpoint.id if checkpoint else None)
+            view = shown(keys, MappingProxyType(state))
+            output = NodeOutput(name, view, checkpoint_id=checkpoint.id if checkpoint else None)
             return rx.concat(
                 rx.return_value(output, scheduler=ImmediateScheduler.singleton()),
                 rx.defer(lambda _: steps(following, state, count, waiting)),
