@@ -2,11 +2,14 @@
 
 Each case is a graph (chains, loops, conditional edges, a fan-out of branches into a join — by edges or by
 ``Send``, with a branch that may take one more step so that the join waits across supersteps; synchronous,
-streaming, failing and thread-pool nodes; keys that append, merge, replace or use a reducer function) and a two-turn
-scenario on one thread: a first turn run to its end, then a second turn cut as the case says — a dispose at a tick
-(before or after that tick's events), ``timeout``, ``take_until``, ``take``, or a dispose from ``on_next`` — in
-virtual time, synchronously, or with nodes completing on a real thread pool. Both runners must give the same outputs
-(at the same ticks), the same terminal signal, the same checkpoints (with their pending work) and the same head.
+streaming, failing and thread-pool nodes; nodes that return a ``Command`` going to a node, to ``END`` or by ``Send``,
+some routing only that way; keys that append, merge, replace or use a reducer function — given as a mapping, or as a
+``TypedDict`` state with closed keys, a private key only some nodes and routes read, input and output schemas) and a
+two-turn scenario on one thread: a first turn run to its end, then a second turn cut as the case says — a dispose at
+a tick (before or after that tick's events), ``timeout``, ``take_until``, ``take``, or a dispose from ``on_next`` —
+in virtual time, synchronously, or with nodes completing on a real thread pool. Both runners must give the same
+outputs (at the same ticks), the same terminal signal, the same checkpoints (with their pending work) and the same
+head.
 
 Cases are generated deterministically (``derandomize``); each test counts what it compared and checks that it
 compared enough, so the tests can run alone and in any order.
@@ -16,28 +19,32 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 import reactivex as rx
 from _reference_runner import reference_stream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from reactivex import operators as ops
 from reactivex.abc import DisposableBase
 from reactivex.scheduler import CurrentThreadScheduler
 from reactivex.testing import TestScheduler
+from typing_extensions import TypedDict
 
 from rxgraph import (
     END,
     START,
     Checkpoint,
     CheckpointSaver,
+    Command,
     CompiledGraph,
     KeyStrategy,
     MemorySaver,
@@ -51,7 +58,10 @@ from rxgraph import (
 from rxgraph.testing import DelegatingSaver
 
 Mode = Literal["virtual", "sync", "pool"]
-Kind = Literal["update", "none", "marbles", "marbles_reduce", "iterable", "raise", "stream_error", "pool"]
+Kind = Literal[
+    "update", "none", "marbles", "marbles_reduce", "iterable", "raise", "stream_error", "pool", "command", "stray"
+]
+Goto = Literal["ahead", "end", "send"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,12 @@ class NodeCase:
     kind: Kind
     chunks: int  # chunks a streaming node emits
     gap: int  # ticks between them (marbles)
+    # A "command" node returns Command(update=..., goto=...), a "marbles_reduce" node with a goto reduces to one: to
+    # where its edge leads (again), to END, a Send to a node further on (see build: never a cycle of Sends); one
+    # alone, or a list. ``only``: a chain node with no edge out, routing by its command alone (destinations declared).
+    goto: tuple[Goto, ...] = ()
+    update: bool = True  # the command has an update
+    only: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class Case:
     tail: NodeCase | None = None  # b0 goes on to c0, which joins in its stead: the join waits one superstep more
     max_concurrency: int | None = None
     on_error: Literal["keep", "rewind"] = "keep"  # crash cases run under the agents' policy, which undoes them
+    typed: bool = False  # the state is _State, with _Private's key, _Taken as input, _Shown as output
 
     def cut(self, how: str, when: float) -> Case:
         return dataclasses.replace(self, cancel=(how, when))
@@ -83,30 +100,102 @@ class Case:
 # -- building the case's graph ---------------------------------------------------------------------------------
 
 
+class _State(TypedDict, total=False):
+    """A typed case's state: the strategies of the mapping the other cases use, as annotations; its keys are closed
+    (a "stray" node's update fails the run)."""
+
+    log: Annotated[list[str], KeyStrategy.APPEND]
+    by: Annotated[dict[str, int], KeyStrategy.MERGE]
+    hits: Annotated[int, operator.add]  # a reducer function's key starts from int(): operator.add needs no None
+    visits: int
+    item: int  # what a Send's payload brings to the branches, which read _State
+
+
+class _Private(TypedDict, total=False):
+    """What odd chain nodes and the routes of even ones read: the visits, and ``secret``, which no other class
+    declares — a private key, written by chain nodes, kept by the checkpoints, shown by no output."""
+
+    visits: int
+    secret: str
+
+
+class _Taken(TypedDict, total=False):
+    """A typed case's input schema."""
+
+    log: Annotated[list[str], KeyStrategy.APPEND]
+
+
+class _Shown(TypedDict, total=False):
+    """A typed case's output schema: ``hits`` and ``by`` are in the checkpoints, not in the outputs."""
+
+    log: Annotated[list[str], KeyStrategy.APPEND]
+    visits: int
+
+
+Target = str | tuple[Literal["send"], str]
+"""Where a command goes, resolved: a node, ``END``, or ``("send", node)`` for a ``Send`` to that node."""
+
+
+_COMMANDED_VISITS = 5
+"""A command goes somewhere while the state has at most this many visits (then ``goto=()``): a command that sends
+back into a join closes a cycle no route counts, which would otherwise run to the recursion limit."""
+
+
+def _goto(targets: Sequence[Target], visits: int) -> Any:
+    """A ``Command``'s ``goto`` for ``targets``: one alone as it is, several as a list (a ``Send`` carries an item)."""
+    if visits > _COMMANDED_VISITS:
+        return ()
+    resolved = [
+        Send(target[1], {"item": 7, "visits": visits}) if isinstance(target, tuple) else target for target in targets
+    ]
+    return resolved[0] if len(resolved) == 1 else resolved
+
+
 def _node_action(
-    name: str, case: NodeCase, pool: ThreadPoolExecutor | None, effects: list[str], *, branch: bool = False
+    name: str,
+    case: NodeCase,
+    pool: ThreadPoolExecutor | None,
+    effects: list[str],
+    *,
+    branch: bool = False,
+    goto: Sequence[Target] = (),
+    typed: bool = False,
 ) -> Callable[..., Any]:
     """Node ``n{i}``, or a branch ``b{i}`` / ``c0`` (which writes only keys with a strategy: branches of one
-    superstep may not both write a plain key). A branch run by a ``Send`` logs the item its payload carries."""
+    superstep may not both write a plain key). A branch run by a ``Send`` logs the item its payload carries, a node
+    that sees the private key logs it. In a typed case, the effects say which keys each call was given."""
 
     def pulled(updates: list[dict[str, Any]]) -> Any:
         for number, update in enumerate(updates):
             effects.append(f"{name} pulled {number}")  # a side effect the subscriber cannot see
             yield update
 
+    def command(update: dict[str, Any], visits: int) -> Command[Any]:
+        effects.append(f"{name} commands")
+        return Command(update=update if case.update else None, goto=_goto(goto, visits))
+
     def action(state: Mapping[str, Any]) -> Any:
-        effects.append(f"{name} called")
+        effects.append(f"{name} called on {','.join(sorted(state))}" if typed else f"{name} called")
         visits = state.get("visits", 0) + 1
         label = name if state.get("item") is None else f"{name}#{state['item']}"
+        if state.get("secret") is not None:
+            label += f"<{state['secret']}>"
+        secret = {"secret": name} if typed else {}
         if branch:
             update = {"log": label, "hits": 1, "by": {name: visits}}
             if case.kind == "update":
                 return update
+            if case.kind == "command":
+                return command(update, visits)
             if case.kind == "pool":
                 assert pool is not None
                 return _on_the_pool(pool, update)
         if case.kind == "update":
-            return {"log": name, "visits": visits, "hits": 1}
+            return {"log": name, "visits": visits, "hits": 1, **secret}
+        if case.kind == "command":
+            return command({"log": label, "visits": visits, **secret}, visits)
+        if case.kind == "stray":  # a key the typed state does not declare
+            return {"log": name, "stray": visits}
         if case.kind == "none":
             return None
         if case.kind == "raise":
@@ -152,27 +241,81 @@ def _count(current: int | None, update: int) -> int:
     return (current or 0) + update
 
 
+def _reads(function: Callable[..., Any], schema: type) -> None:
+    """Annotate ``function``'s first parameter (``state``) with ``schema``: the part of the state it is given."""
+    function.__annotations__ = {"state": schema}
+
+
 def build(case: Case, saver: CheckpointSaver, pool: ThreadPoolExecutor | None, effects: list[str]) -> CompiledGraph:
-    graph = StateGraph({"log": KeyStrategy.APPEND, "by": KeyStrategy.MERGE, "hits": _count})
-
-    def add(name: str, node: NodeCase, *, branch: bool = False) -> None:
-        reduce = _reduce if node.kind == "marbles_reduce" else None
-        graph.add_node(name, _node_action(name, node, pool, effects, branch=branch), reduce=reduce)
-
+    typed = case.typed
+    if typed:
+        graph = StateGraph(_State, input_schema=_Taken, output_schema=_Shown)
+    else:
+        graph = StateGraph({"log": KeyStrategy.APPEND, "by": KeyStrategy.MERGE, "hits": _count})
     names = [f"n{i}" for i in range(len(case.nodes))]
-    for name, node in zip(names, case.nodes, strict=True):
-        add(name, node)
-    graph.add_edge(START, names[0])
     branches = [f"b{i}" for i in range(len(case.branches))]
+    after = names[1] if len(names) > 1 else END  # where the branches join
+
+    def send_to(name: str) -> str | None:
+        """Where ``name``'s command sends a payload: always further on (a chain node to the last branch, a branch to
+        the one before it), so that Sends never make a cycle, and their count stays small."""
+        if name in names:
+            last = branches[-1] if branches else names[-1]
+            return last if last != name else None
+        index = branches.index(name) if name in branches else 0  # c0 sends nowhere
+        return branches[index - 1] if index > 0 else None
+
+    def ahead_of(name: str) -> str:
+        """Where ``name``'s edges lead when no route chooses otherwise: a command going "ahead" goes there too."""
+        if name in names:
+            index = names.index(name)
+            if index == 0 and branches:
+                return branches[0]
+            return names[index + 1] if index + 1 < len(names) else END
+        return "c0" if name == "b0" and case.tail is not None else after
+
+    def targets(name: str, node: NodeCase) -> list[Target]:
+        sent = send_to(name)
+        return [
+            ahead_of(name) if g == "ahead" else ("send", sent) if g == "send" and sent is not None else END
+            for g in node.goto
+        ]
+
+    def add(name: str, node: NodeCase, *, branch: bool = False, reads: type = _State, only: bool = False) -> None:
+        goto = targets(name, node)
+        action = _node_action(name, node, pool, effects, branch=branch, goto=goto, typed=typed)
+        if typed:
+            _reads(action, reads)
+        reduce: Callable[..., Any] | None = None
+        if node.kind == "marbles_reduce":
+
+            def to_command(chunks: Sequence[Mapping[str, Any]], state: Mapping[str, Any]) -> Command[Any]:
+                return Command(update=_reduce(chunks), goto=_goto(goto, state.get("visits", 0) + 1))
+
+            reduce = to_command if goto else _reduce
+        destinations = [target if isinstance(target, str) else target[1] for target in goto] if only else None
+        graph.add_node(name, action, reduce=reduce, destinations=destinations)
+
+    def only(index: int, node: NodeCase) -> bool:
+        """Whether chain node ``index`` routes by its command alone (n0 of a fan-out keeps its way out)."""
+        return node.only and bool(node.goto) and not (branches and index == 0)
+
+    for index, (name, node) in enumerate(zip(names, case.nodes, strict=True)):
+        add(name, node, reads=_Private if index % 2 else _State, only=only(index, node))
+    graph.add_edge(START, names[0])
     for name, node in zip(branches, case.branches, strict=True):
         add(name, node, branch=True)
     if branches:
-        after = names[1] if len(names) > 1 else END
         if case.send:
-            graph.add_conditional_edges(
-                names[0],
-                lambda state: [Send(b, {"item": i, "visits": state.get("visits", 0)}) for i, b in enumerate(branches)],
-            )
+
+            def fan_out(state: Mapping[str, Any]) -> list[Send]:
+                if typed:
+                    effects.append(f"route {names[0]} on {','.join(sorted(state))}")
+                return [Send(b, {"item": i, "visits": state.get("visits", 0)}) for i, b in enumerate(branches)]
+
+            if typed:
+                _reads(fan_out, _State)
+            graph.add_conditional_edges(names[0], fan_out)
         else:
             for branch in branches:
                 graph.add_edge(names[0], branch)
@@ -185,16 +328,24 @@ def build(case: Case, saver: CheckpointSaver, pool: ThreadPoolExecutor | None, e
     for index, name in enumerate(names):
         if branches and index == 0:
             continue  # its way out is the fan-out
+        if only(index, case.nodes[index]):
+            continue  # its way out is its command
         ahead = names[index + 1] if index + 1 < len(names) else END
         skip = names[index + 2] if index + 2 < len(names) else END
         last = index == len(names) - 1
 
-        def route(state: Mapping[str, Any], ahead: str = ahead, skip: str = skip, last: bool = last) -> str:
+        def route(
+            state: Mapping[str, Any], ahead: str = ahead, skip: str = skip, last: bool = last, name: str = name
+        ) -> str:
+            if typed:
+                effects.append(f"route {name} on {','.join(sorted(state))}")
             visits = state.get("visits", 0)
             if last and case.loop_to is not None and visits < case.loops:
                 return names[case.loop_to]
             return skip if case.skip_on_odd and visits % 2 else ahead
 
+        if typed:
+            _reads(route, _State if index % 2 else _Private)
         graph.add_conditional_edges(name, route)
     return graph.compile(checkpointer=saver, max_concurrency=case.max_concurrency, on_error=case.on_error)
 
@@ -354,9 +505,32 @@ def _observe(case: Case, runner: Runner) -> dict[str, Any]:
 
 # -- generating cases -------------------------------------------------------------------------------------------
 
-_VIRTUAL_KINDS: tuple[Kind, ...] = ("update", "none", "marbles", "marbles_reduce", "iterable", "raise", "stream_error")
-_SYNC_KINDS: tuple[Kind, ...] = ("update", "none", "iterable", "raise")
-_POOL_KINDS: tuple[Kind, ...] = ("pool", "iterable", "pool", "iterable", "update", "raise")
+_VIRTUAL_KINDS: tuple[Kind, ...] = (
+    "update", "none", "marbles", "marbles_reduce", "iterable", "command", "raise", "stream_error", "stray"
+)  # fmt: skip
+_SYNC_KINDS: tuple[Kind, ...] = ("update", "none", "iterable", "command", "raise", "stray")
+_POOL_KINDS: tuple[Kind, ...] = ("pool", "iterable", "pool", "iterable", "update", "command", "raise", "stray")
+_FAILING: tuple[Kind, ...] = ("raise", "stream_error", "stray")  # "stray" fails in a typed case only
+
+
+@st.composite
+def node_cases(draw: st.DrawFn, kinds: st.SearchStrategy[Kind], chunks: int, chain: bool = True) -> NodeCase:
+    """A node; a command (or a reduce to one) goes somewhere, and a chain node's may be its only way out."""
+    kind = draw(kinds)
+    goto: tuple[Goto, ...] = ()
+    if kind in ("command", "marbles_reduce"):
+        goto = tuple(draw(st.lists(st.sampled_from(["ahead", "end", "send"]), max_size=2)))
+    only = chain and bool(goto) and draw(st.booleans())
+    if only and "ahead" not in goto:
+        goto = ("ahead", *goto)  # the chain goes on by the command alone
+    return NodeCase(
+        kind,
+        draw(st.integers(0, chunks)),
+        draw(st.integers(1, 3)),
+        goto,
+        update=draw(st.booleans()) if kind == "command" else True,
+        only=only,
+    )
 
 
 @st.composite
@@ -364,16 +538,19 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
     """A graph and a way to cut its second turn; ``cut_points`` then tries that way at every point."""
     kinds = {"virtual": _VIRTUAL_KINDS, "sync": _SYNC_KINDS, "pool": _POOL_KINDS}[mode]
     # Failing nodes are rarer than the rest, so most cases run to their cancel point.
-    kind = st.one_of(st.sampled_from([k for k in kinds if k not in ("raise", "stream_error")]), st.sampled_from(kinds))
-    nodes = draw(st.lists(st.builds(NodeCase, kind, st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=4))
+    kind = st.one_of(st.sampled_from([k for k in kinds if k not in _FAILING]), st.sampled_from(kinds))
+    nodes = draw(st.lists(node_cases(kind, 3), min_size=1, max_size=4))
     loop_to = draw(st.none() | st.integers(0, len(nodes) - 1))
     if mode == "virtual":
         how = draw(st.sampled_from(["dispose_at", "dispose_late", "timeout", "take_until", "take", "crash_at"]))
     else:
         how = draw(st.sampled_from(["take", "dispose_on_next", "take_until_on_next"]))
-    branch_kind = st.sampled_from([k for k in kinds if k not in ("raise", "stream_error")])
-    branch = st.builds(NodeCase, branch_kind, st.integers(0, 2), st.integers(1, 3))
+    branch = node_cases(st.sampled_from([k for k in kinds if k not in _FAILING]), 2, chain=False)
     branches = draw(st.just(()) | st.lists(branch, min_size=1, max_size=3))
+    if branches and draw(st.integers(0, 3)) == 0:
+        # The last branch fails: a parallel superstep that fails after some branches finished keeps their updates.
+        failing = st.sampled_from([k for k in kinds if k in ("raise", "stream_error")])
+        branches[-1] = draw(node_cases(failing, 2, chain=False))
     return Case(
         mode=mode,
         nodes=tuple(nodes),
@@ -385,39 +562,61 @@ def cases(draw: st.DrawFn, mode: Mode) -> Case:
         branches=tuple(branches),
         send=draw(st.booleans()) if branches else False,
         # The step after b0 may fail too: the failure's record then keeps the join's progress.
-        tail=draw(st.none() | st.builds(NodeCase, kind, st.integers(0, 2), st.integers(1, 3))) if branches else None,
+        tail=draw(st.none() | node_cases(kind, 2, chain=False)) if branches else None,
         # On a real pool, branches running at once interleave as the threads please: one at a time there, so that
         # both runners' outputs can be compared event by event.
         max_concurrency=(1 if mode == "pool" else draw(st.none() | st.integers(1, 2))) if branches else None,
         on_error="rewind" if how == "crash_at" else "keep",
+        typed=draw(st.booleans()),
     )
 
 
 def cut_points(case: Case) -> list[Case]:
-    """The case cut at every point of its second turn where something happens (and between those points)."""
+    """The case cut at every point of its second turn where something happens (and between those points); for a
+    long turn (a loop that runs to the recursion limit), at most ``_MOST_CUTS`` of them, spread over it."""
     uncut = _observe(case.cut("none", 0.0), _real)
     second = [o for o in uncut["outputs"] if o[0] == 2 and o[2] != "end"]
     how = case.cancel[0]
     if how in ("take", "dispose_on_next", "take_until_on_next"):
-        return [case.cut(how, float(k)) for k in range(1, len(second) + 1)]
+        return _spread([case.cut(how, float(k)) for k in range(1, len(second) + 1)])
     start = uncut["outputs"][[o[0] for o in uncut["outputs"]].index(2) - 1][1] if second else 0.0
     ticks = sorted({0.0, *(o[1] - start for o in second if o[1] is not None)})
     if how == "timeout":
         gaps = sorted({b - a for a, b in itertools.pairwise(ticks) if b > a})
-        return [case.cut(how, gap / 2) for gap in gaps] or [case.cut(how, 0.5)]
+        return _spread([case.cut(how, gap / 2) for gap in gaps] or [case.cut(how, 0.5)])
     halves = [(a + b) / 2 for a, b in itertools.pairwise(ticks)]
-    return [case.cut(how, t) for t in sorted({*ticks, *halves, ticks[-1] + 1}) if how != "take_until" or t > 0]
+    points = sorted({*ticks, *halves, ticks[-1] + 1})
+    return _spread([case.cut(how, t) for t in points if how != "take_until" or t > 0])
+
+
+_MOST_CUTS = 40
+
+
+def _spread(cuts: list[Case]) -> list[Case]:
+    """``cuts``, or ``_MOST_CUTS`` of them evenly spread (the first and the last among them) when there are more."""
+    if len(cuts) <= _MOST_CUTS:
+        return cuts
+    step = (len(cuts) - 1) / (_MOST_CUTS - 1)
+    return [cuts[round(i * step)] for i in range(_MOST_CUTS)]
 
 
 @dataclass
 class Compared:
     """What one test compared: cut cases, and how many of them had a parallel superstep, a ``Send`` payload kept
-    in a checkpoint, a join kept waiting in one."""
+    in a checkpoint, a join kept waiting in one, a node's command, a finished branch kept by a failed superstep
+    (with a command among its updates), a typed state, a node that saw the private key, an update the typed state
+    refused."""
 
     cases: int = 0
     parallel: int = 0
     sends_kept: int = 0
     joins_kept: int = 0
+    commands: int = 0
+    done_kept: int = 0
+    commands_kept: int = 0
+    typed: int = 0
+    private_seen: int = 0
+    refused: int = 0
 
 
 _SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "database": None}
@@ -431,11 +630,23 @@ def _compare_generated(mode: Mode, max_examples: int) -> Compared:
     @given(cases(mode))
     def compare(case: Case) -> None:
         for cut in cut_points(case):
-            pending = [entry[5] or {} for entry in _same(cut)["history"]]
+            observed = _same(cut)
+            pending = [entry[5] or {} for entry in observed["history"]]
+            done = [kept for p in pending for updates in p.get("done", {}).values() for kept in updates]
             compared.cases += 1
             compared.parallel += bool(case.branches)
             compared.sends_kept += any("send" in p for p in pending)
             compared.joins_kept += any("joins" in p for p in pending)
+            compared.commands += any(effect.endswith(" commands") for effect in observed["effects"])
+            compared.done_kept += bool(done)
+            compared.commands_kept += any(kept[0] == "command" for kept in done)
+            compared.typed += case.typed
+            compared.private_seen += any(
+                "<" in item for entry in observed["history"] for item in entry[6].get("log", ())
+            )
+            ended = [o[3] for o in observed["outputs"] if o[2] == "end"]
+            stray = any(node.kind == "stray" for node in case.nodes)
+            compared.refused += case.typed and stray and "error InvalidUpdateError" in ended
 
     compare()
     print(f"differential, {mode}: {compared}")
@@ -462,17 +673,20 @@ def _at_least(compared: Compared, **minimum: int) -> None:
 
 def test_the_runner_matches_the_reference_in_virtual_time() -> None:
     compared = _compare_generated("virtual", 80)
-    _at_least(compared, cases=550, parallel=350, sends_kept=150, joins_kept=150)
+    _at_least(compared, cases=550, parallel=350, sends_kept=200, joins_kept=200, commands=180, typed=120)
+    _at_least(compared, private_seen=35, refused=12)
 
 
 def test_the_runner_matches_the_reference_on_synchronous_graphs() -> None:
-    compared = _compare_generated("sync", 90)
-    _at_least(compared, cases=550, parallel=250, sends_kept=100, joins_kept=50)
+    compared = _compare_generated("sync", 130)
+    _at_least(compared, cases=380, parallel=240, sends_kept=160, joins_kept=45, commands=115, typed=160)
+    _at_least(compared, done_kept=24, commands_kept=22, private_seen=24)
 
 
 def test_the_runner_matches_the_reference_with_nodes_on_a_thread_pool() -> None:
-    compared = _compare_generated("pool", 60)
-    _at_least(compared, cases=200, parallel=120, sends_kept=80, joins_kept=20)
+    compared = _compare_generated("pool", 80)
+    _at_least(compared, cases=310, parallel=115, sends_kept=38, joins_kept=30, commands=60, typed=100)
+    _at_least(compared, done_kept=10, private_seen=12)
 
 
 def test_the_reference_itself_stops_a_synchronous_run_with_take() -> None:
@@ -507,20 +721,152 @@ def test_the_reference_itself_keeps_send_payloads_and_a_waiting_join() -> None:
     }
 
 
+def test_the_reference_itself_follows_commands() -> None:
+    # What the reference writes, checked by hand: a's edge leads to b; its command names b again (run once), sends
+    # to c twice (a task each), and goes to END (nothing).
+    graph = StateGraph({"log": KeyStrategy.APPEND})
+    goto = ["b", Send("c", 1), END, "b", Send("c", 2)]
+    graph.add_node("a", lambda s: Command(update={"log": "a"}, goto=goto)).add_edge(START, "a").add_edge("a", "b")
+    graph.add_node("b", lambda s: {"log": "b"}).add_node("c", lambda n: Command(update={"log": f"c{n}"}))
+    app = graph.add_edge("b", END).add_edge("c", END).compile(MemorySaver())
+    outputs: list[NodeOutput] = []
+    reference_stream(app, {"log": "in"}, RunnableConfig(thread_id="t")).subscribe(outputs.append)
+    assert [(o.node, list(o.state["log"])) for o in outputs] == [
+        ("a", ["in", "a"]),
+        ("b", ["in", "a", "b", "c1", "c2"]),
+        ("c", ["in", "a", "b", "c1", "c2"]),
+        ("c", ["in", "a", "b", "c1", "c2"]),
+    ]
+    history = [(c.node, c.next, _plain(c.pending)) for c in reversed(app.checkpointer.list("t"))]
+    assert history == [
+        ("__start__", ("a",), None),
+        ("a", ("b", "c", "c"), {"send": [[1, 1], [2, 2]]}),
+        ("b,c", (), None),
+    ]
+
+
+def _both(app: Callable[[], CompiledGraph], inputs: Sequence[Any]) -> dict[str, Any]:
+    """Both runners' events and checkpoints for ``inputs`` (one turn each) on a graph ``app()`` makes afresh for
+    each, which must be equal (returns the reference's)."""
+
+    def observe(stream: Runner) -> dict[str, Any]:
+        graph, events = app(), []
+        for input in inputs:
+            stream(graph, input, RunnableConfig(thread_id="t")).subscribe(
+                lambda o: events.append((type(o).__name__, o.node, _plain(dict(o.state)))),
+                lambda error: events.append(("error", type(error).__name__)),
+                lambda: events.append(("completed",)),
+            )
+        assert graph.checkpointer is not None
+        history = [
+            (c.node, c.source, c.next, _plain(c.pending), _plain(dict(c.values)))
+            for c in reversed(graph.checkpointer.list("t"))
+        ]
+        return {"events": events, "history": history}
+
+    expected = observe(reference_stream)
+    assert observe(_real) == expected
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("command", "ends"),
+    [
+        (Command(goto="nowhere"), "RouteError"),  # neither a node nor END
+        (Command(goto=Send(END, 1)), "RouteError"),  # a Send goes to a node
+        (Command(update={"log": "a"}, resume="yes"), "InvalidUpdateError"),  # resume= answers interrupts, as input
+        (Command(update={"log": "a"}, goto=[Send("b", 1), "b", "b"]), None),  # b once, and b on the payload
+        (Command(), None),  # nothing to update, nowhere to go: the run ends after a
+    ],
+    ids=["unknown-node", "send-to-end", "resume", "send-and-node", "empty"],
+)
+def test_a_nodes_command_is_followed_or_refused_alike(command: Command[Any], ends: str | None) -> None:
+    def app() -> CompiledGraph:
+        graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("a", lambda s: command, destinations=["b"])
+        graph.add_node("b", lambda s: {"log": f"b {s if isinstance(s, int) else 'on the state'}"})
+        graph.add_edge("b", END)
+        return graph.add_edge(START, "a").compile(MemorySaver())
+
+    observed = _both(app, [{"log": "in"}])
+    assert observed["events"][-1] == (("error", ends) if ends else ("completed",))
+
+
+def test_a_typed_state_refuses_an_input_key_and_an_update_key_it_does_not_declare_alike() -> None:
+    def app() -> CompiledGraph:
+        graph = StateGraph(_State, input_schema=_Taken, output_schema=_Shown)
+        graph.add_node("a", lambda s: {"log": "a", "visits": len(s.get("log", ())), "stray": 1})
+        return graph.add_edge(START, "a").add_edge("a", END).compile(MemorySaver())
+
+    observed = _both(app, [{"log": "in", "visits": 3}, {"log": "in"}])
+    # visits is a key of the state, not of the input; stray is no key of the graph
+    assert [e for e in observed["events"] if e[0] == "error"] == [("error", "InvalidUpdateError")] * 2
+    assert observed["history"] == [  # the refused input wrote nothing; the refused update is recorded
+        ("__start__", "input", ("a",), None, {"log": ["in"]}),
+        (None, "error", ("a",), None, {"log": ["in"]}),
+    ]
+
+
+def test_the_reference_itself_shows_the_output_keys_and_gives_each_reader_its_keys() -> None:
+    # What the reference gives and shows, checked by hand: n0 reads _State, n1 and the route out of n0 read _Private
+    # (the private key with the visits), the route out of n1 reads _State; the outputs show _Shown's keys only, the
+    # checkpoints keep every key (hits counts from int()'s 0).
+    update = NodeCase("update", 0, 1)
+    case = Case("sync", (update, update), False, None, 1, 25, ("none", 0.0), typed=True)
+    observed = _observe(case, reference_stream)
+    first = observed["effects"][: observed["effects"].index("turn 1 ended")]
+    assert first == [
+        "n0 called on log",
+        "route n0 on secret,visits",
+        "n1 called on secret,visits",
+        "route n1 on hits,log,visits",
+    ]
+    assert [o[3:5] for o in observed["outputs"] if o[0] == 1 and o[2] == "node"] == [
+        ("n0", {"log": ["turn 1", "n0"], "visits": 1}),
+        ("n1", {"log": ["turn 1", "n0", "n1"], "visits": 2}),
+    ]
+    end_of_first = next(entry for entry in observed["history"] if entry[2] == "n1")
+    assert end_of_first[6] == {"log": ["turn 1", "n0", "n1"], "visits": 2, "hits": 2, "secret": "n1"}
+
+
+def test_the_reference_refuses_what_it_does_not_model() -> None:
+    class Model(BaseModel):
+        log: Annotated[list[str], KeyStrategy.APPEND] = []
+
+    pydantic_state = StateGraph(Model).add_node("a", lambda s: None).add_edge(START, "a").add_edge("a", END)
+    with pytest.raises(NotImplementedError, match="pydantic"):
+        reference_stream(pydantic_state.compile(), {"log": "in"}, RunnableConfig())
+
+    def unannotated(state: Any) -> None:  # in a graph with a private key, it reads _State's keys: not in its signature
+        return None
+
+    private = StateGraph(_State).add_node("a", unannotated).add_node("b", _reading_private)
+    private = private.add_edge(START, "a").add_edge("a", "b").add_edge("b", END)
+    with pytest.raises(NotImplementedError, match="node 'a' reads a class"):
+        reference_stream(private.compile(), {"log": "in"}, RunnableConfig())
+
+
+def _reading_private(state: _Private) -> None:
+    return None
+
+
+@pytest.mark.parametrize("command", [False, True], ids=["update", "command"])
 @pytest.mark.parametrize("finished_first", [True, False], ids=["sibling-finished", "sibling-after"])
 def test_a_failed_superstep_keeps_its_finished_branches_and_its_resume_runs_the_rest_in_both(
-    finished_first: bool,
+    finished_first: bool, command: bool
 ) -> None:
     # Pending writes, after LangGraph's test_pending_writes_resume: a branch that finished before its sibling failed
-    # is not run again by the resume; its update is merged as it was, in task order. Both runners, compared.
+    # is not run again by the resume; its update is merged as it was, in task order — a command's goto followed then.
+    # Both runners, compared.
     def observe(stream: Callable[[CompiledGraph, Any, RunnableConfig], rx.Observable[Any]]) -> dict[str, Any]:
         calls: list[str] = []
 
-        def branch(name: str, fails: bool) -> Callable[[Any], dict[str, Any]]:
-            def action(state: Any) -> dict[str, Any]:
+        def branch(name: str, fails: bool) -> Callable[[Any], Any]:
+            def action(state: Any) -> Any:
                 calls.append(name)
                 if fails and calls.count(name) == 1:
                     raise ConnectionError(f"{name} failed")
+                if command and not fails:
+                    return Command(update={"log": name}, goto=[Send("extra", "p"), END])
                 return {"log": name}
 
             return action
@@ -530,6 +876,7 @@ def test_a_failed_superstep_keeps_its_finished_branches_and_its_resume_runs_the_
         graph.add_node(first, branch(first, first == "bad")).add_node(second, branch(second, second == "bad"))
         graph.add_edge(START, "split").add_edge("split", first).add_edge("split", second)
         app = graph.add_edge([first, second], "done").add_node("done", lambda s: {"log": "done"})
+        app = app.add_node("extra", lambda payload: {"log": f"extra {payload}"}).add_edge("extra", END)
         app = app.add_edge("done", END).compile(MemorySaver())
         config = RunnableConfig(thread_id="t")
         events: list[Any] = []
@@ -540,18 +887,22 @@ def test_a_failed_superstep_keeps_its_finished_branches_and_its_resume_runs_the_
                 lambda: events.append(("completed",)),
             )
         history = [
-            (c.seq, c.node, c.source, c.next, dict(c.pending or {}), dict(c.values))
+            (c.seq, c.node, c.source, c.next, _plain(c.pending or {}), _plain(dict(c.values)))
             for c in reversed(app.checkpointer.list("t"))
         ]
         return {"events": events, "history": history, "calls": calls}
 
     real = observe(lambda app, input, config: app.stream(input, config))
     reference = observe(reference_stream)
-    # What they emit and write; not which actions were called (the reference's merge may still start a sibling
-    # after the failure, whose result is dropped).
-    assert (real["events"], real["history"]) == (reference["events"], reference["history"])
+    assert (real["events"], real["history"], real["calls"]) == (
+        reference["events"],
+        reference["history"],
+        reference["calls"],
+    )
     order = ["ok", "bad"] if finished_first else ["bad", "ok"]
-    assert real["history"][-1][5]["log"] == ["in", "split", *order, "done"]  # task order, whatever ran when
+    then = ["done", "extra p"] if command else ["done"]  # the join's task, then the command's Send
+    assert real["history"][-1][5]["log"] == ["in", "split", *order, *then]  # task order, whatever ran when
     error_record = next(entry for entry in real["history"] if entry[2] == "error")
-    assert error_record[4].get("done") == ({"0": [["update", {"log": "ok"}]]} if finished_first else None)
+    kept = ["command", {"log": "ok"}, [["send", "extra", "p"], END]] if command else ["update", {"log": "ok"}]
+    assert error_record[4].get("done") == ({"0": [kept]} if finished_first else None)
     assert real["calls"].count("ok") == 1  # never run twice: kept when it had finished, run by the resume if not
