@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 
 from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
 from rxgraph.errors import InvalidTypeError, InvalidUpdateError
-from rxgraph.graph import NodeOutput, StreamingOutput
+from rxgraph.graph import CompiledGraph, NodeOutput, StreamingOutput
 from rxgraph.testing import assert_cancellation_safe
 
 
@@ -271,6 +271,15 @@ def test_the_former_schema_keyword_still_works_with_a_warning() -> None:
 # -- subgraphs -----------------------------------------------------------------------------------------------------
 
 
+def _adds_one_twice(builder: StateGraph, key: str) -> CompiledGraph:
+    """A subgraph of two nodes that each add 1 to ``key`` (with the builder's strategy for it)."""
+    return (
+        builder.add_node("one", lambda state: {key: 1}).add_node("two", lambda state: {key: 1})
+        .add_edge(START, "one").add_edge("one", "two").add_edge("two", END)
+        .compile()
+    )  # fmt: skip
+
+
 def test_a_subgraph_hands_its_final_values_over_so_a_looping_parent_stops() -> None:
     """Issue: a parent key with no reducer kept only the subgraph's last inner update, so a parent looping on it
     never met its stop condition. Now the parent gets the subgraph's final value of each key it wrote."""
@@ -278,15 +287,7 @@ def test_a_subgraph_hands_its_final_values_over_so_a_looping_parent_stops() -> N
     class Inner(TypedDict):
         count: Annotated[int, operator.add]
 
-    inner = (
-        StateGraph(Inner)
-        .add_node("one", lambda state: {"count": 1})
-        .add_node("two", lambda state: {"count": 1})
-        .add_edge(START, "one")
-        .add_edge("one", "two")
-        .add_edge("two", END)
-        .compile()
-    )
+    inner = _adds_one_twice(StateGraph(Inner), "count")
     graph = (
         StateGraph({})  # the parent's count is replaced
         .add_node("sub", inner)
@@ -336,15 +337,7 @@ def test_a_subgraph_output_schema_keeps_its_private_keys_and_shared_appends_are_
 
 def test_a_subgraph_with_a_mapping_schema_into_a_parent_with_a_reducer_function() -> None:
     """A reducer function receives the subgraph's final value once, as LangGraph's does."""
-    inner = (
-        StateGraph({"total": lambda current, update: (current or 0) + update})
-        .add_node("a", lambda state: {"total": 1})
-        .add_node("b", lambda state: {"total": 1})
-        .add_edge(START, "a")
-        .add_edge("a", "b")
-        .add_edge("b", END)
-        .compile()
-    )
+    inner = _adds_one_twice(StateGraph({"total": lambda current, update: (current or 0) + update}), "total")
     graph = (
         StateGraph({"seen": lambda current, update: (current or 0) + update})
         .add_node("sub", inner)
