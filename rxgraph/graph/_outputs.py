@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ..checkpoint._base import Checkpoint
 
 from ._interrupt import Command, PendingInterrupt
+from ._state import as_update
 
 __all__ = [
     "CustomOutput",
@@ -184,14 +185,19 @@ class InterruptOutput(RunOutput):
 
 
 def node_update(updates: Sequence[Any]) -> Any:
-    """``NodeOutput.update`` of a node that made ``updates`` in one step (each a mapping, None or a ``Command``): the
-    one update (a ``Command``'s ``update``), None for none, a tuple of them for several."""
+    """``NodeOutput.update`` of a node that made ``updates`` in one step (each a mapping, None, a pydantic model or a
+    ``Command``): the one update (a ``Command``'s ``update``, a model's fields), None for none, a tuple of them for
+    several."""
     if len(updates) == 1:
         update = updates[0]
-        return update.update if isinstance(update, Command) else update
+        return update if update is None or type(update) is dict else _one_update(update)
     if not updates:
         return None
-    return tuple(update.update if isinstance(update, Command) else update for update in updates)
+    return tuple(_one_update(update) for update in updates)
+
+
+def _one_update(update: Any) -> Any:
+    return as_update(update.update if isinstance(update, Command) else update)
 
 
 @dataclass(frozen=True, slots=True)

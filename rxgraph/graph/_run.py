@@ -251,7 +251,7 @@ class Run:
     def _call(self, node: NodeSpec, state_view: Any, index: int, step: Step | None) -> Any:
         """Call a node's action inside its scope: the answers to its ``interrupt()`` calls when this run resumes it,
         the inner state a subgraph node goes on with, and where a subgraph saves its progress."""
-        answering = self.answering.get(index)
+        answering = self.answering.get(index) if self.answering is not _NO_ANSWERS else None
         if answering is not None and answering.node == node.name:
             resumes, inner = answering.resumes, answering.subgraph
         else:
@@ -429,10 +429,15 @@ class Run:
                 self.end.fail(error)
                 return False
         schema = self.spec.schema
-        view = schema.shown(MappingProxyType(at.state))
         checkpoint_id = checkpoint.id if checkpoint is not None else None
+        if schema.output_keys is None:  # the outputs show the whole state: nothing to leave out
+            view = MappingProxyType(at.state)
+            return all(
+                self._emit(NodeOutput(n, view, checkpoint_id=checkpoint_id, update=node_update(u))) for n, u in finished
+            )
+        shown = schema.shown(MappingProxyType(at.state))
         return all(
-            self._emit(NodeOutput(n, view, checkpoint_id=checkpoint_id, update=schema.shown_update(node_update(u))))
+            self._emit(NodeOutput(n, shown, checkpoint_id=checkpoint_id, update=schema.shown_update(node_update(u))))
             for n, u in finished
         )
 

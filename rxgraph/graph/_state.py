@@ -203,11 +203,9 @@ class StateSchema:
 
     def shown_update(self, update: Any) -> Any:
         """What a run's outputs show of a node's update (``NodeOutput.update``: a mapping, None, or a tuple of
-        them): a pydantic model's fields, and only the output keys."""
+        them): only the output keys."""
         if isinstance(update, tuple):
             return tuple(self.shown_update(one) for one in update)
-        if isinstance(update, BaseModel):
-            update = as_update(update)
         shown = self.output_keys
         if shown is None or not isinstance(update, Mapping):
             return update
@@ -265,7 +263,8 @@ class StateSchema:
         new: Mapping[str, Any] = state
         for node, node_updates in updates:
             for update in node_updates:
-                update = as_update(update)
+                if update is not None and not isinstance(update, Mapping):
+                    update = as_update(update)
                 if isinstance(update, Mapping):
                     for key in update:
                         owner = owners.setdefault(key, node) if not self.has_reducer(key) else node
@@ -276,18 +275,23 @@ class StateSchema:
                                 "or a function) or write it from one node",
                                 node=node,
                             )
-                new = self.merge(new, update, origin=f"node {node!r}", node=node)
+                new = self.merge(new, update, node=node)
         return dict(new)
 
     def merge(
-        self, state: Mapping[str, Any], update: Mapping[str, Any] | None, *, origin: str, node: str | None = None
+        self,
+        state: Mapping[str, Any],
+        update: Mapping[str, Any] | None,
+        *,
+        origin: str | None = None,
+        node: str | None = None,
     ) -> dict[str, Any]:
         """A new state: ``state`` with ``update`` applied key by key.
 
         Args:
             state: the state before (not changed).
             update: the keys to merge in (None or empty: a copy of ``state``).
-            origin: what the update comes from, for error messages ("node 'x'", "input", ...).
+            origin: what the update comes from, for error messages ("input", ...; default: "node '<node>'").
             node: the node it comes from, if one (the error's ``node``).
 
         Returns:
@@ -300,19 +304,22 @@ class StateSchema:
         new = dict(state)
         if not update:
             return new
-        if not isinstance(update, Mapping):
-            update = as_update(update)
-        if not isinstance(update, Mapping):
-            raise InvalidUpdateError(
-                f"{origin}: an update must be a mapping of state keys, got {type(update).__name__}", node=node
-            )
+        if type(update) is not dict and not isinstance(update, Mapping):
+            update = as_update(update)  # a pydantic model stands for its fields
+            if not isinstance(update, Mapping):
+                raise InvalidUpdateError(
+                    f"{_where(origin, node)}: an update must be a mapping of state keys, got {type(update).__name__}",
+                    node=node,
+                )
         strategies, keys, validators = self._strategies, self._keys, self._validators
         for key, value in update.items():
             if not isinstance(key, str):
-                raise InvalidUpdateError(f"{origin}: state keys must be strings, got {key!r}", node=node)
+                raise InvalidUpdateError(f"{_where(origin, node)}: state keys must be strings, got {key!r}", node=node)
             if keys is not None and key not in keys:
                 raise InvalidUpdateError(
-                    f"{origin}: state key {key!r} is not in the state schema; its keys are {sorted(keys)}", node=node
+                    f"{_where(origin, node)}: state key {key!r} is not in the state schema; its keys are "
+                    f"{sorted(keys)}",
+                    node=node,
                 )
             strategy = strategies.get(key, KeyStrategy.REPLACE)
             if strategy is KeyStrategy.REPLACE:
@@ -326,7 +333,8 @@ class StateSchema:
             elif strategy is KeyStrategy.MERGE:
                 if not isinstance(value, Mapping):
                     raise InvalidUpdateError(
-                        f"{origin}: key {key!r} uses KeyStrategy.MERGE and needs a mapping, got {type(value).__name__}",
+                        f"{_where(origin, node)}: key {key!r} uses KeyStrategy.MERGE and needs a mapping, got "
+                        f"{type(value).__name__}",
                         node=node,
                     )
                 old_map = new.get(key)
@@ -339,14 +347,16 @@ class StateSchema:
                     reduced = strategy(current, value)
                 except Exception as error:
                     raise InvalidUpdateError(
-                        f"{origin}: the reducer of state key {key!r} raised {type(error).__name__}: {error}", node=node
+                        f"{_where(origin, node)}: the reducer of state key {key!r} raised {type(error).__name__}: "
+                        f"{error}",
+                        node=node,
                     ) from error
                 new[key] = freeze(reduced)
             if validators:
                 new[key] = self._validated(key, new[key], origin, node)
         return new
 
-    def _validated(self, key: str, value: Any, origin: str, node: str | None) -> Any:
+    def _validated(self, key: str, value: Any, origin: str | None, node: str | None) -> Any:
         validator = self._validators.get(key)
         if validator is None:
             return value
@@ -354,7 +364,8 @@ class StateSchema:
             return freeze(validator.validate_python(value))
         except ValidationError as error:
             raise InvalidUpdateError(
-                f"{origin}: state key {key!r} does not fit the state schema: {_first_error(error)}", node=node
+                f"{_where(origin, node)}: state key {key!r} does not fit the state schema: {_first_error(error)}",
+                node=node,
             ) from error
 
 
@@ -370,6 +381,11 @@ def _copied(value: Any) -> Any:
         pairs = {key: _copied(item) for key, item in value.items()}
         return pairs if any(pairs[key] is not value[key] for key in pairs) else value
     return value
+
+
+def _where(origin: str | None, node: str | None) -> str:
+    """What an update came from, for an error message (built only when one is raised)."""
+    return origin if origin is not None else f"node {node!r}"
 
 
 def _first_error(error: ValidationError) -> str:

@@ -134,7 +134,8 @@ class Step:
         self._keep = self.chunks.append
         self._emit = run.observer.on_next
         self._name = node.name
-        self._shown = run.spec.schema.shown(state_view)  # what the outputs show of the state
+        schema = run.spec.schema
+        self._shown = state_view if schema.output_keys is None else schema.shown(state_view)  # what outputs show
         self.stopped = False
         self.busy = False  # a chunk is being handed to the subscriber right now (see RunEnd.preempt)
         self.late_error = False  # a preempting run left its error for this emitter to deliver

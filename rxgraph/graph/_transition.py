@@ -241,12 +241,11 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
     if len(finished) == 1:
         name, updates = finished[0]
         state: Mapping[str, Any] = at.state
-        origin = f"node {name!r}"
         for one in updates:
             if isinstance(one, Command):
                 goto.append((name, one))
                 one = _update_of(name, one)
-            state = schema.merge(state, one, origin=origin, node=name)
+            state = schema.merge(state, one, node=name)  # errors name the node
         nodes: tuple[str, ...] = (name,)
     else:
         plain: list[tuple[str, Sequence[Mapping[str, Any] | None]]] = []
