@@ -586,3 +586,46 @@ def test_stream_modes_of_a_typed_graph_leave_private_keys_out() -> None:
         ("updates", {"polish": {"answer": "d!"}}),
         ("values", {"answer": "d!"}),
     ]
+
+
+def test_nested_graph() -> None:
+    """Ported from LangGraph's ``test_nested_graph``: the subgraph takes its keys of the parent's state (a parent key
+    it does not declare never reaches it), and hands back only what the parent declares (its own private key stays
+    inside). rxgraph's ``values`` mode does not start with the input state, as LangGraph's does."""
+
+    def never_called(state: Any) -> None:
+        raise AssertionError("this function should never be called")
+
+    class InnerState(TypedDict):
+        my_key: str
+        my_other_key: str
+
+    def up(state: InnerState) -> dict[str, Any]:
+        assert set(state) == {"my_key"}
+        return {"my_key": state["my_key"] + " there", "my_other_key": state["my_key"]}
+
+    inner = StateGraph(InnerState).add_node("up", up).add_edge(START, "up").add_edge("up", END).compile()
+
+    class State(TypedDict):
+        my_key: str
+        never_called: Any
+
+    def side(state: State) -> dict[str, Any]:
+        return {"my_key": state["my_key"] + " and back again"}
+
+    app = (
+        StateGraph(State)
+        .add_node("inner", inner).add_node("side", side)
+        .add_edge(START, "inner").add_edge("inner", "side").add_edge("side", END)
+        .compile()
+    )  # fmt: skip
+    given = {"my_key": "my value", "never_called": never_called}
+    assert app.invoke(given) == {"my_key": "my value there and back again", "never_called": never_called}
+    assert app.stream(given, mode="updates").pipe(ops.to_list()).run() == [
+        {"inner": {"my_key": "my value there"}},
+        {"side": {"my_key": "my value there and back again"}},
+    ]
+    assert app.stream(given, mode="values").pipe(ops.to_list()).run() == [
+        {"my_key": "my value there", "never_called": never_called},
+        {"my_key": "my value there and back again", "never_called": never_called},
+    ]
