@@ -197,7 +197,7 @@ class StateSchema:
         """What a run's outputs show of ``state``: the output keys (all of them unless an output schema or private
         keys leave some out)."""
         shown = self.output_keys
-        if shown is None:
+        if shown is None or not isinstance(state, Mapping):  # a Send's payload is shown as it is
             return state
         return MappingProxyType({key: value for key, value in state.items() if key in shown})
 

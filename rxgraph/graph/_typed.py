@@ -142,15 +142,22 @@ def node_schema(action: Callable[..., Any]) -> type | None:
 
 def reader(schema: type, every_key: bool) -> Callable[[Mapping[str, Any]], Any] | None:
     """How a node that reads ``schema`` receives the state: a pydantic model's instance (validated as the model
-    says), or the state's keys that a ``TypedDict`` declares. None for a ``TypedDict`` that declares ``every_key`` of
-    the state: the state as it is."""
+    says), or the state's keys that a ``TypedDict`` declares; a ``Send``'s payload that is not a mapping as it is. None
+    for a ``TypedDict`` that declares ``every_key`` of the state: the state as it is."""
     if issubclass(schema, BaseModel):
-        return StateSchema(model=schema).as_model
+        as_model = StateSchema(model=schema).as_model
+
+        def model_of(state: Mapping[str, Any]) -> Any:
+            return as_model(state) if isinstance(state, Mapping) else state  # a Send's payload may be anything
+
+        return model_of
     if every_key:
         return None
     keys = frozenset(_hints(schema, "input_schema"))
 
     def subset(state: Mapping[str, Any]) -> Any:
+        if not isinstance(state, Mapping):
+            return state  # a Send's payload that is not a mapping: the node gets it as it is
         return MappingProxyType({key: value for key, value in state.items() if key in keys})
 
     return subset

@@ -16,7 +16,7 @@ from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 from typing_extensions import TypedDict
 
-from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, MemorySaver, RunnableConfig, Send, StateGraph
 from rxgraph.errors import InvalidTypeError, InvalidUpdateError
 from rxgraph.graph import CompiledGraph, NodeOutput, StreamingOutput
 from rxgraph.testing import assert_cancellation_safe
@@ -629,3 +629,24 @@ def test_nested_graph() -> None:
         {"my_key": "my value there", "never_called": never_called},
         {"my_key": "my value there and back again", "never_called": never_called},
     ]
+
+
+def test_a_send_payload_that_is_not_a_mapping_reaches_an_annotated_node_as_it_is() -> None:
+    class State(TypedDict):
+        results: Annotated[list[int], operator.add]
+
+    class Private(TypedDict):
+        scratch: str
+
+    def square(number: Private) -> dict[str, Any]:  # annotated with a class, sent a bare int
+        return {"results": [int(number) ** 2]}  # type: ignore[call-overload]  (the payload is an int)
+
+    graph = (
+        StateGraph(State)
+        .add_node("fan", lambda state: None).add_node("square", square)
+        .add_edge(START, "fan")
+        .add_conditional_edges("fan", lambda state: [Send("square", n) for n in (2, 3)])
+        .add_edge("square", END)
+        .compile()
+    )  # fmt: skip
+    assert graph.invoke({}) == {"results": [4, 9]}
