@@ -240,6 +240,8 @@ def test_command_parent_from_a_graph_that_is_not_a_subgraph_fails_clearly() -> N
         stopped.invoke(Command(graph=Command.PARENT), CONFIG)
 
 
+# The savers' side of a cut turn does not depend on the graph's features; PostgreSQL is explored in tests/testing.
+@pytest.mark.parametrize("saver_factory", ["memory", "sqlite"], indirect=True)
 def test_a_command_parent_turn_cut_at_any_point_is_rewound(saver_factory: Callable[[], CheckpointSaver]) -> None:
     report = assert_cancellation_safe(
         lambda saver: _parent_goto(saver, slow=True),

@@ -384,6 +384,8 @@ def test_outputs_of_a_typed_graph_stream_in_virtual_time_without_private_keys() 
     assert not [o for o in outputs if isinstance(o, StreamingOutput)]
 
 
+# The savers' side of a cut turn does not depend on the graph's features; PostgreSQL is explored in tests/testing.
+@pytest.mark.parametrize("saver_factory", ["memory", "sqlite"], indirect=True)
 def test_a_typed_turn_with_a_private_key_and_a_subgraph_cut_at_any_point_is_rewound(
     saver_factory: Callable[[], CheckpointSaver],
 ) -> None:
