@@ -16,7 +16,10 @@ trusted for what the server must vouch for (who the user is). ``multitask`` (opt
 policy for this run. ``resume`` (in place of ``input``) answers the thread's pending interrupt: the run is
 ``Command(resume=...)``; a ``ReactAgent``'s tool approval is answered with ``{call_id: {"decision": "approve"}}``,
 ``{"decision": "edit", "arguments": "<JSON text>"}`` or ``{"decision": "reject", "reason": "..."}`` for each call it
-listed. A body that says none of this is refused with 422 and an error object (below).
+listed. A body that says none of this is refused with 422 and an error object (below); one sent without
+``Content-Type: application/json`` with 415, one larger than ``create_app(max_body=...)`` with 413, and a browser's
+request from another site (its ``Origin``, unless ``create_app(allowed_origins=...)`` lists it) with 403 — all
+before anything starts.
 
 The answer is ``text/event-stream``. Each event's ``data`` is one line of JSON:
 

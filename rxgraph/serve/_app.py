@@ -36,6 +36,7 @@ from ..graph._interrupt import Command
 from ..graph._outputs import RunOutput
 from ..messages._openai import from_openai
 from ._events import EventEncoder, error_json, interrupt_json
+from ._guard import DEFAULT_MAX_BODY, read_body
 from ._outputs import Item, RunOutputs
 from ._requests import AgentRunRequest, GraphRunRequest
 
@@ -55,7 +56,14 @@ _PAGE_POLICY = (
 """The chat page loads nothing but itself, and talks to this server only."""
 
 
-def create_app(target: CompiledGraph | ReactAgent, *, page: bool = True, ping: float = 15.0) -> Starlette:
+def create_app(
+    target: CompiledGraph | ReactAgent,
+    *,
+    page: bool = True,
+    ping: float = 15.0,
+    max_body: int = DEFAULT_MAX_BODY,
+    allowed_origins: Sequence[str] = (),
+) -> Starlette:
     """An ASGI app serving ``target``'s threads over HTTP (Starlette; install the ``serve`` extra).
 
     Routes (see the ``rxgraph.serve`` docstring for the bodies and the events):
@@ -73,10 +81,17 @@ def create_app(target: CompiledGraph | ReactAgent, *, page: bool = True, ping: f
             not write).
         ping: seconds between keep-alive comments on an idle stream (0: none), for proxies that close quiet
             connections.
+        max_body: the largest body a run's request may have, in bytes (default 10 MiB); a larger one is refused
+            with 413 before the run starts.
+        allowed_origins: origins (``"https://app.example.com"``) whose pages may start runs here, besides this
+            server's own. A browser's request from any other site — its ``Origin`` header says so — is refused with
+            403; a run's body must be ``application/json`` (415 otherwise), which a browser does not send to another
+            site without asking first, so a cross-site form or ``text/plain`` post never starts a run.
 
     Raises:
         InvalidTypeError: ``target`` is neither a ``CompiledGraph`` nor a ``ReactAgent``.
-        InvalidArgumentError: ``target`` has no checkpointer (threads are what the app serves), or ``ping`` < 0.
+        InvalidArgumentError: ``target`` has no checkpointer (threads are what the app serves), ``ping`` < 0, or
+            ``max_body`` < 1.
     """
     if isinstance(target, ReactAgent):
         graph, agent = target.graph, target
@@ -94,8 +109,18 @@ def create_app(target: CompiledGraph | ReactAgent, *, page: bool = True, ping: f
         )
     if not ping >= 0:
         raise InvalidArgumentError(f"ping must be >= 0 seconds, got {ping!r}", argument="ping")
+    if type(max_body) is not int or max_body < 1:
+        raise InvalidArgumentError(f"max_body must be a number of bytes >= 1, got {max_body!r}", argument="max_body")
+    if isinstance(allowed_origins, str):
+        raise InvalidTypeError(
+            f"allowed_origins takes a list of origins, not a string: [{allowed_origins!r}]", argument="allowed_origins"
+        )
     routes = [
-        Route("/threads/{thread_id}/runs/stream", _RunStream(graph, agent, ping), methods=["POST"]),
+        Route(
+            "/threads/{thread_id}/runs/stream",
+            _RunStream(graph, agent, ping, max_body, frozenset(allowed_origins)),
+            methods=["POST"],
+        ),
         Route("/threads/{thread_id}/state", _Reads(graph).state, methods=["GET"]),
         Route("/threads/{thread_id}/history", _Reads(graph).history, methods=["GET"]),
     ]
@@ -211,17 +236,29 @@ class _RunStream:
     from its start to its teardown, whatever ends the request: the run's end, the client going away (seen by
     sse-starlette, or while waiting for the first output), or the request's task being cancelled."""
 
-    def __init__(self, graph: CompiledGraph, agent: ReactAgent | None, ping: float) -> None:
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        agent: ReactAgent | None,
+        ping: float,
+        max_body: int = DEFAULT_MAX_BODY,
+        allowed_origins: frozenset[str] = frozenset(),
+    ) -> None:
         self._graph = graph
         self._agent = agent
         self._ping = ping
+        self._max_body = max_body
+        self._allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            body = await request.body()
+            body = await read_body(request, max_body=self._max_body, allowed_origins=self._allowed_origins)
         except ClientDisconnect:
             return  # gone before its request was whole: nothing was started
+        if isinstance(body, Response):
+            await body(scope, receive, send)  # refused before anything was started
+            return
         started = self._start(request, body)
         if isinstance(started, Response):
             await started(scope, receive, send)
