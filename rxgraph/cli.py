@@ -143,6 +143,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="a host name clients reach the server by; repeat for several, '*.example.com' for subdomains, '*' for "
+        "any (default: 127.0.0.1, localhost, ::1, and --host unless it is 0.0.0.0 or ::); a request for any other "
+        "Host is refused with 400",
+    )
     serve.set_defaults(handler=_serve)
 
     draw = commands.add_parser(
@@ -177,16 +185,22 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from .serve import create_app, run_server
+        from .serve._guard import LOOPBACK_HOSTS
     except ImportError as missing:
         raise CliError(
             f"serving needs the serve extra ({missing.name or missing} is not installed): pip install 'rxgraph[serve]'"
         ) from missing
     target, saver = _load_target(args.target, args.db, args.schema)
+    hosts = args.allowed_host or [
+        *LOOPBACK_HOSTS,
+        *([args.host] if args.host not in ("0.0.0.0", "::", *LOOPBACK_HOSTS) else []),
+    ]
     try:
-        app = create_app(target)
+        app = create_app(target, allowed_hosts=hosts)
         where = f"in {_name(saver, args.db)}" if saver is not None else "in memory"
         address = f"http://{args.host}:{args.port}/" if args.port else "the address uvicorn shows"
         print(f"rxgraph serve: {args.target} ({type(target).__name__}), threads {where}; open {address}", file=out)
+        print(f"rxgraph serve: answers for host names {', '.join(hosts)} (--allowed-host to change)", file=out)
         out.flush()
         run_server(app, host=args.host, port=args.port)
     finally:

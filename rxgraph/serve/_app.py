@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -36,7 +37,7 @@ from ..graph._interrupt import Command
 from ..graph._outputs import RunOutput
 from ..messages._openai import from_openai
 from ._events import EventEncoder, error_json, interrupt_json
-from ._guard import DEFAULT_MAX_BODY, read_body
+from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck, read_body
 from ._outputs import Item, RunOutputs
 from ._requests import AgentRunRequest, GraphRunRequest
 
@@ -63,6 +64,7 @@ def create_app(
     ping: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
     allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
 ) -> Starlette:
     """An ASGI app serving ``target``'s threads over HTTP (Starlette; install the ``serve`` extra).
 
@@ -87,6 +89,10 @@ def create_app(
             server's own. A browser's request from any other site — its ``Origin`` header says so — is refused with
             403; a run's body must be ``application/json`` (415 otherwise), which a browser does not send to another
             site without asking first, so a cross-site form or ``text/plain`` post never starts a run.
+        allowed_hosts: the host names the app answers for, on every route (400 for any other ``Host``, so that
+            another site's page cannot reach it under its own name: DNS rebinding). Default: this machine's own
+            (``127.0.0.1``, ``localhost``, ``::1``, and ``testserver`` for Starlette's ``TestClient``);
+            ``"*.example.com"`` for subdomains, ``["*"]`` for any host.
 
     Raises:
         InvalidTypeError: ``target`` is neither a ``CompiledGraph`` nor a ``ReactAgent``.
@@ -111,6 +117,11 @@ def create_app(
         raise InvalidArgumentError(f"ping must be >= 0 seconds, got {ping!r}", argument="ping")
     if type(max_body) is not int or max_body < 1:
         raise InvalidArgumentError(f"max_body must be a number of bytes >= 1, got {max_body!r}", argument="max_body")
+    if isinstance(allowed_hosts, str) or not allowed_hosts:
+        raise InvalidTypeError(
+            f"allowed_hosts takes a non-empty list of host names (['*'] for any), got {allowed_hosts!r}",
+            argument="allowed_hosts",
+        )
     if isinstance(allowed_origins, str):
         raise InvalidTypeError(
             f"allowed_origins takes a list of origins, not a string: [{allowed_origins!r}]", argument="allowed_origins"
@@ -131,7 +142,11 @@ def create_app(
             return HTMLResponse(html, headers={"Content-Security-Policy": _PAGE_POLICY})
 
         routes.append(Route("/", _page, methods=["GET"]))
-    return Starlette(routes=routes, exception_handlers={RxGraphError: _failed_read})
+    return Starlette(
+        routes=routes,
+        exception_handlers={RxGraphError: _failed_read},
+        middleware=[Middleware(HostCheck, allowed=frozenset(allowed_hosts))],
+    )
 
 
 class _JSON(JSONResponse):

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["DEFAULT_MAX_BODY", "read_body"]
+__all__ = ["DEFAULT_MAX_BODY", "LOOPBACK_HOSTS", "HostCheck", "read_body"]
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 """The largest request body ``create_app`` takes by default, in bytes (10 MiB)."""
@@ -64,3 +66,38 @@ def _too_large(max_body: int) -> Response:
 
 def _refuse(status: int, kind: str, message: str) -> Response:
     return JSONResponse({"type": kind, "message": message}, status_code=status)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "testserver")
+"""The host names ``create_app`` serves by default: this machine's own, and ``testserver``, the name Starlette's
+``TestClient`` sends (a name with no domain, which no other site's page can have)."""
+
+
+class HostCheck:
+    """ASGI middleware: answer 400 to a request whose ``Host`` header names none of ``allowed`` — a page of another
+    site that had its own name resolve to this server (DNS rebinding) sends its own name. ``"*"`` allows any host;
+    ``"*.example.com"`` the subdomains of ``example.com``. The port is not compared."""
+
+    def __init__(self, app: ASGIApp, allowed: Collection[str]) -> None:
+        self.app = app
+        self.any = "*" in allowed
+        self.names = frozenset(name.lower().strip("[]") for name in allowed if not name.startswith("*."))
+        self.suffixes = tuple(name[1:].lower() for name in allowed if name.startswith("*."))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.any or scope["type"] not in ("http", "websocket") or self._allowed(Headers(scope=scope).get("host")):
+            await self.app(scope, receive, send)
+            return
+        await _refuse(400, "InvalidHost", "this server does not serve that host name (create_app(allowed_hosts=...))")(
+            scope, receive, send
+        )
+
+    def _allowed(self, host: str | None) -> bool:
+        if not host:
+            return False
+        name = host.lower()
+        if name.startswith("["):  # an IPv6 address, [::1]:8000
+            name = name[1 : name.find("]")] if "]" in name else name
+        else:
+            name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+        return name in self.names or name.endswith(self.suffixes)

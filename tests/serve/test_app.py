@@ -209,7 +209,7 @@ def test_a_client_gone_before_its_body_was_whole_starts_nothing_and_breaks_nothi
         assert address.hostname is not None and address.port is not None
         with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
             connection.sendall(
-                b"POST /threads/t/runs/stream HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                b"POST /threads/t/runs/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b'Content-Length: 100\r\n\r\n{"input": "Weat'
             )
         assert turn(server, "u", {"input": "Weather in Paris?"})[-1][0] == "end"

@@ -65,3 +65,31 @@ def test_a_body_larger_than_max_body_is_refused_with_413_declared_or_streamed(
         assert (refused.status_code, refused.json()["type"]) == (413, "RequestTooLarge")
         assert "1000 bytes" in refused.json()["message"]
     assert model.calls == 0 and saver.threads() == []
+
+
+def test_only_the_allowed_host_names_are_served_on_every_route(serve: Callable[[ASGIApp], Server]) -> None:
+    """Another site's page whose name was made to resolve to this server (DNS rebinding) sends its own name as the
+    Host: refused with 400, on reads as on runs. This machine's own names are served by default."""
+    saver = MemorySaver()
+    agent, model = weather_agent(saver, Tool())
+    default = serve(create_app(agent))
+    port = default.url.rsplit(":", 1)[1]
+
+    def status(server: Server, host: str, path: str = "/threads/t/state") -> int:
+        return httpx.get(server.url + path, headers={"host": host}, timeout=WAIT).status_code
+
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+        assert status(default, host) == 404, host  # served: the thread simply has no checkpoint
+    for host in (f"evil.example:{port}", "127.0.0.2", "localhost.evil.example", ""):
+        assert status(default, host) == 400, host
+    refused = httpx.post(
+        default.url + "/threads/t/runs/stream", json={"input": "Hello?"}, headers={"host": "evil.example"}, timeout=WAIT
+    )
+    assert (refused.status_code, refused.json()["type"]) == (400, "InvalidHost")
+    assert model.calls == 0 and saver.threads() == []
+
+    subdomains = serve(create_app(agent, allowed_hosts=["*.example.com", "api.other.org"]))
+    assert [status(subdomains, h) for h in ("a.example.com", "b.a.example.com:80", "api.other.org")] == [404] * 3
+    assert [status(subdomains, h) for h in ("example.com", "localhost", "other.org")] == [400] * 3
+    anything = serve(create_app(agent, allowed_hosts=["*"]))
+    assert status(anything, "whatever.example") == 404
