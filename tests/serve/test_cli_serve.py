@@ -58,3 +58,14 @@ def test_rxgraph_serve_says_what_it_cannot_serve(
     with pytest.raises(SystemExit) as usage:
         main(["serve", "served_here:agent", "--port", "70000"])
     assert usage.value.code == 2 and "--port must be from 0 to 65535" in capsys.readouterr().err
+
+
+def test_rxgraph_serve_answers_only_for_its_host_names(tmp_path: Path) -> None:
+    with rxgraph_serve("rxgraph.examples.chat:make", cwd=tmp_path) as (url, said):
+        assert "answers for host names 127.0.0.1, localhost, ::1, testserver (--allowed-host to change)" in said
+        assert httpx.get(url + "/", timeout=WAIT).status_code == 200
+        assert httpx.get(url + "/", headers={"host": "chat.example"}, timeout=WAIT).status_code == 400
+    with rxgraph_serve("rxgraph.examples.chat:make", "--allowed-host", "chat.example", cwd=tmp_path) as (url, said):
+        assert "answers for host names chat.example (--allowed-host to change)" in said
+        assert httpx.get(url + "/", headers={"host": "chat.example"}, timeout=WAIT).status_code == 200
+        assert httpx.get(url + "/", timeout=WAIT).status_code == 400  # 127.0.0.1 was not named
