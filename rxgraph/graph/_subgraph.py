@@ -187,6 +187,8 @@ def _handed_over(final: Any, given: Any, strategy: KeyStrategy | KeyReducer) -> 
     items the subgraph added after the list it was given."""
     if strategy is KeyStrategy.APPEND and isinstance(final, FrozenList) and isinstance(given, Sequence):
         start = len(given)
+        if isinstance(given, FrozenList) and final.shares_prefix_with(given):  # known without comparing items
+            return final[start:]
         if not isinstance(given, str) and len(final) >= start and list(final[:start]) == list(given):
             return final[start:]
     return final
