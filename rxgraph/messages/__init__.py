@@ -1,8 +1,9 @@
-"""Chat messages, the sequence rules a history must follow, and the OpenAI wire format.
+"""Chat messages, the sequence rules a history must follow, the OpenAI wire format and LangChain's message dicts.
 
 Their errors (``UnsafeHistoryError``, ``MessageFormatError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
 """
 
+from rxgraph.messages._langchain import from_langchain, message_id, to_langchain
 from rxgraph.messages._openai import from_openai, to_openai
 from rxgraph.messages._rules import (
     SequenceViolation,
@@ -35,11 +36,14 @@ __all__ = [
     "UserMessage",
     "check_ready_for_user_input",
     "check_request",
+    "from_langchain",
     "from_openai",
     "is_ready_for_user_input",
+    "message_id",
     "readiness_violations",
     "request_violations",
     "sequence_violations",
+    "to_langchain",
     "to_openai",
     "trim_messages",
 ]

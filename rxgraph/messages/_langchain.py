@@ -1,0 +1,460 @@
+"""Conversion to and from LangChain message dicts, the form LangGraph's server API carries messages in.
+
+``to_langchain`` writes what LangChain's ``message.model_dump()`` gives (and what LangGraph's server sends);
+``from_langchain`` reads those dumps, LangChain's serialized constructor form (``langchain_core.load.dumpd``),
+``messages_to_dict`` entries, and OpenAI-style entries, which clients mix freely. What each side keeps:
+
+===============================  ===============================  ===============================================
+LangChain                        rxgraph                          why
+===============================  ===============================  ===============================================
+``type`` ``system`` with         ``SystemMessage(role=           what langchain-openai writes for a developer
+``additional_kwargs.             "developer")``, both ways        message; a ``developer`` type is read as well
+__openai_role__: "developer"``
+``tool_calls[].args`` (an        ``ToolCall.arguments``: the      LangChain holds arguments parsed; rxgraph holds
+object)                          object re-serialized with        the text. Text that is an object written as
+                                 ``json.dumps(args,               ``json.dumps`` writes it (the usual case) comes
+                                 ensure_ascii=False)``            back unchanged; other spacing or key repeats
+                                                                  come back normalised
+``invalid_tool_calls``           a ``ToolCall`` whose             arguments that are not a JSON object (broken
+(``args``: the raw text)         ``arguments`` is that text,      JSON, a list, ``NaN``) cannot be parsed, so they
+                                 both ways                        travel as LangChain's own "invalid" calls
+``additional_kwargs.tool_calls`` the order of the calls, when     LangChain keeps valid and invalid calls apart;
+(OpenAI's form)                  some are invalid, both ways      the calls as OpenAI sends them (where
+                                                                  langchain-openai used to keep them) say their
+                                                                  order, so the round trip is exact
+``usage_metadata``               ``AssistantMessage.usage``,      input, output and total tokens; the token
+                                 both ways                        details LangChain may add are not kept
+``additional_kwargs.refusal``    ``AssistantMessage.refusal``,    where langchain-openai puts a refusal
+                                 both ways
+``status: "error"``              ``ToolMessage.is_error``,        the same fact under two names
+                                 both ways
+``name``                         ``.name``, both ways             every LangChain message has one
+``id``                           written by ``message_id`` (or    rxgraph messages carry no id; see
+                                 ``ids``), not read               ``message_id``
+``content`` as a list of parts   ``.content``: the texts joined   as ``from_openai`` reads parts; any other part
+                                 with ``"\\n"``                    (image, audio, reasoning) is refused: rxgraph
+                                                                  messages hold text only
+type ``remove``, ``function``,   refused                          rxgraph histories are append-only; function
+``chat`` without a ``role``      (``MessageFormatError``)         messages are superseded by tool messages
+``response_metadata``,           ignored                          nothing rxgraph keeps; a tool's ``artifact`` is
+``artifact``, ``example``,                                        never shown to the model
+``tool_call_chunks``, ...
+===============================  ===============================  ===============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from rxgraph.errors import InvalidArgumentError, InvalidTypeError, MessageFormatError
+from rxgraph.messages._openai import from_openai, to_openai
+from rxgraph.messages._types import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    TokenUsage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+__all__ = ["from_langchain", "message_id", "to_langchain"]
+
+
+def to_langchain(messages: Sequence[Message], *, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Render messages as LangChain message dicts, as ``message.model_dump()`` gives them (see the module's table).
+
+    Every dict has ``type`` (``"system"``, ``"human"``, ``"ai"`` or ``"tool"``), ``content``, ``id``, ``name``,
+    ``additional_kwargs`` and ``response_metadata``; an ``ai`` dict adds ``tool_calls``, ``invalid_tool_calls``
+    and ``usage_metadata``, a ``tool`` dict ``tool_call_id``, ``artifact`` and ``status``.
+
+    Args:
+        messages: rxgraph messages, in order.
+        ids: the message ids to write, one per message (a server that already gave a message an id, while
+            streaming it for instance, keeps it). By default each message gets ``message_id(index, message)``.
+
+    Raises:
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
+        InvalidArgumentError: ``ids`` does not have one id per message.
+    """
+    if ids is not None and (isinstance(ids, str) or len(ids) != len(messages)):
+        count = "a string" if isinstance(ids, str) else f"{len(ids)} ids"
+        raise InvalidArgumentError(
+            f"ids: got {count} for {len(messages)} messages; give a sequence with one id per message",
+            argument="ids",
+        )
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        _check_message(i, message)
+        out.append(_entry(message, ids[i] if ids is not None else message_id(i, message)))
+    return out
+
+
+def message_id(index: int, message: Message) -> str:
+    """A deterministic id for the message at position ``index`` of a history: ``"{index}-{digest}"``.
+
+    rxgraph messages carry no id, but a client of LangGraph's API (``useStream``, for one) keys the messages it
+    shows by id. The id is therefore derived from what it names: the same message at the same position gets the
+    same id every time a history is sent, and two branches of a thread that differ at a position never share an id
+    there. ``digest`` is the first 16 hex digits of the SHA-256 of the message's fields (its role and every field
+    not at its default, ``usage``, a tool message's ``name`` and ``is_error`` included) as canonical JSON.
+
+    Raises:
+        InvalidTypeError: ``message`` is not an rxgraph message.
+    """
+    _check_message(index, message)
+    fields = {"role": message.role, **message.model_dump(mode="json", exclude_defaults=True)}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return f"{index}-{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def from_langchain(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Parse messages as a LangChain or LangGraph client sends them into rxgraph messages.
+
+    Each entry is one of: a LangChain message dict (``type`` ``"human"``/``"user"``, ``"ai"``/``"assistant"``,
+    ``"system"``/``"developer"``, ``"tool"``, or a chunk type such as ``"AIMessageChunk"``); a serialized
+    constructor (``{"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}}``); a
+    ``messages_to_dict`` entry (``{"type": ..., "data": {...}}``); or an OpenAI-style entry with a ``role``, read
+    as ``from_openai`` reads it. ``from_langchain(to_langchain(history)) == history`` for any history whose tool-call
+    arguments are JSON objects written as ``json.dumps(..., ensure_ascii=False)`` writes them, or not JSON objects
+    at all (see the module's table).
+
+    Args:
+        payload: the entries, in order.
+
+    Raises:
+        MessageFormatError: an entry is not a message rxgraph can represent (``index`` is its position): not an
+            object, an unknown type, a content part that is not text, a tool call without an id, or a missing or
+            mistyped field. A pydantic ``ValidationError`` behind it is its ``__cause__``.
+    """
+    messages: list[Message] = []
+    for i, entry in enumerate(payload):
+        if not isinstance(entry, Mapping):
+            raise MessageFormatError(f"message {i}: expected an object, got {type(entry).__name__}", index=i)
+        if "role" in entry and "lc" not in entry:
+            # LangChain's own convert_to_messages reads an entry with a role as OpenAI's, whatever its type
+            # (a ChatMessage's dump among them).
+            try:
+                messages.extend(from_openai([entry]))
+            except MessageFormatError as exc:
+                detail = str(exc).removeprefix("message 0: ")
+                raise MessageFormatError(f"message {i}: {detail}", index=i) from exc.__cause__
+            continue
+        try:
+            messages.append(_parse_entry(entry))
+        except ValidationError as exc:
+            details = "; ".join(_format_error(error) for error in exc.errors())
+            raise MessageFormatError(f"message {i}: {details}", index=i) from exc
+        except _EntryError as exc:
+            raise MessageFormatError(f"message {i}: {exc}", index=i) from None
+    return messages
+
+
+def _check_message(index: int, message: object) -> None:
+    if not isinstance(message, SystemMessage | UserMessage | AssistantMessage | ToolMessage):
+        raise InvalidTypeError(
+            f"message {index}: expected an rxgraph message, got {type(message).__name__}", argument="messages"
+        )
+
+
+_TYPE_OF_ROLE = {"system": "system", "developer": "system", "user": "human", "assistant": "ai", "tool": "tool"}
+
+
+def _entry(message: Message, id_: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "content": message.content,
+        "additional_kwargs": {},
+        "response_metadata": {},
+        "type": _TYPE_OF_ROLE[message.role],
+        "name": message.name,
+        "id": id_,
+    }
+    if isinstance(message, SystemMessage):
+        if message.role == "developer":
+            # What langchain-openai writes for a developer message (and reads back as one).
+            entry["additional_kwargs"]["__openai_role__"] = "developer"
+    elif isinstance(message, AssistantMessage):
+        if message.refusal is not None:
+            entry["additional_kwargs"]["refusal"] = message.refusal
+        entry["tool_calls"], entry["invalid_tool_calls"] = _render_calls(message.tool_calls)
+        if entry["invalid_tool_calls"]:
+            # LangChain lists valid and invalid calls apart; the calls as OpenAI has them keep their order.
+            entry["additional_kwargs"]["tool_calls"] = to_openai([message])[0]["tool_calls"]
+        usage = message.usage
+        entry["usage_metadata"] = (
+            None
+            if usage is None
+            else {
+                "input_tokens": usage.prompt_tokens,
+                "output_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            }
+        )
+    elif isinstance(message, ToolMessage):
+        entry.update(
+            tool_call_id=message.tool_call_id,
+            artifact=None,
+            status="error" if message.is_error else "success",
+        )
+    return entry
+
+
+def _render_calls(calls: Sequence[ToolCall]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    valid: list[dict[str, Any]] = []
+    invalid: list[dict[str, Any]] = []
+    for call in calls:
+        try:
+            args = _parse_arguments(call.arguments)
+        except _InvalidArguments as exc:
+            invalid.append(
+                {
+                    "name": call.name,
+                    "args": call.arguments,
+                    "id": call.id,
+                    "error": f"arguments are not a JSON object: {exc}",
+                    "type": "invalid_tool_call",
+                }
+            )
+        else:
+            valid.append({"name": call.name, "args": args, "id": call.id, "type": "tool_call"})
+    return valid, invalid
+
+
+class _InvalidArguments(Exception):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _InvalidArguments(f"{text} is out of range")
+    return value
+
+
+def _not_a_number(text: str) -> Any:
+    raise _InvalidArguments(f"{text} is not a JSON value")
+
+
+def _parse_arguments(text: str) -> dict[str, Any]:
+    """The arguments as an object, as strict JSON has it (no ``NaN``: the dict is sent on as JSON)."""
+    try:
+        value = json.loads(text, parse_float=_finite, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        raise _InvalidArguments(str(exc) or type(exc).__name__) from None
+    if not isinstance(value, dict):
+        raise _InvalidArguments(f"got a JSON {type(value).__name__}")
+    return value
+
+
+class _EntryError(Exception):
+    pass
+
+
+def _format_error(error: Any) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    return f"{location}: {error['msg']}" if location else str(error["msg"])
+
+
+_TYPES = {
+    "human": "user",
+    "user": "user",
+    "HumanMessageChunk": "user",
+    "ai": "assistant",
+    "assistant": "assistant",
+    "AIMessageChunk": "assistant",
+    "system": "system",
+    "SystemMessageChunk": "system",
+    "developer": "developer",
+    "tool": "tool",
+    "ToolMessageChunk": "tool",
+}
+_CLASSES = {
+    "HumanMessage": "user",
+    "HumanMessageChunk": "user",
+    "AIMessage": "assistant",
+    "AIMessageChunk": "assistant",
+    "SystemMessage": "system",
+    "SystemMessageChunk": "system",
+    "ToolMessage": "tool",
+    "ToolMessageChunk": "tool",
+}
+_UNSUPPORTED = {
+    "remove": "a RemoveMessage cannot be kept: rxgraph histories are append-only",
+    "function": "function messages are not supported; use 'tool' messages with tool_call_id",
+    "FunctionMessageChunk": "function messages are not supported; use 'tool' messages with tool_call_id",
+    "chat": "a chat message needs a 'role'",
+    "ChatMessageChunk": "a chat message needs a 'role'",
+}
+
+
+def _parse_entry(entry: Mapping[str, Any]) -> Message:
+    kind = entry.get("type")
+    if entry.get("lc") == 1 and kind == "constructor":
+        path = entry.get("id")
+        name = path[-1] if isinstance(path, list) and path else None
+        if name not in _CLASSES:
+            raise _EntryError(f"serialized class {name!r} is not a message class rxgraph reads")
+        kwargs = entry.get("kwargs")
+        if not isinstance(kwargs, Mapping):
+            raise _EntryError(f"'kwargs' must be an object, got {type(kwargs).__name__}")
+        return _parse_fields(_CLASSES[name], kwargs)
+    if "data" in entry and "content" not in entry:  # a messages_to_dict entry
+        data = entry["data"]
+        if not isinstance(data, Mapping):
+            raise _EntryError(f"'data' must be an object, got {type(data).__name__}")
+        entry = data if "type" in data else {**data, "type": kind}
+        kind = entry["type"]
+    if kind is None:
+        raise _EntryError("missing 'type' (a LangChain message) or 'role' (an OpenAI message)")
+    if isinstance(kind, str) and kind in _UNSUPPORTED:
+        raise _EntryError(_UNSUPPORTED[kind])
+    if not isinstance(kind, str) or kind not in _TYPES:
+        raise _EntryError(f"unknown type {kind!r}")
+    return _parse_fields(_TYPES[kind], entry)
+
+
+def _parse_fields(kind: str, fields: Mapping[str, Any]) -> Message:
+    content = _text(fields)
+    name = _optional_str(fields, "name")
+    extra = fields.get("additional_kwargs")
+    if extra is None:
+        extra = {}
+    elif not isinstance(extra, Mapping):
+        raise _EntryError(f"'additional_kwargs' must be an object, got {type(extra).__name__}")
+    if kind == "system" or kind == "developer":
+        developer = kind == "developer" or extra.get("__openai_role__") == "developer"
+        return SystemMessage(role="developer" if developer else "system", content=content, name=name)
+    if kind == "user":
+        return UserMessage(content=content, name=name)
+    if kind == "assistant":
+        return AssistantMessage(
+            content=content,
+            tool_calls=_tool_calls(fields, extra.get("tool_calls")),
+            refusal=_optional_str(extra, "refusal", where="'additional_kwargs.refusal'"),
+            name=name,
+            usage=_usage(fields.get("usage_metadata")),
+        )
+    status = fields.get("status")
+    if status not in (None, "success", "error"):
+        raise _EntryError(f"'status' must be 'success' or 'error', got {status!r}")
+    tool_call_id = fields.get("tool_call_id")
+    if not isinstance(tool_call_id, str):
+        raise _EntryError(f"'tool_call_id' must be a string, got {type(tool_call_id).__name__}")
+    return ToolMessage(tool_call_id=tool_call_id, content=content, name=name, is_error=status == "error")
+
+
+def _optional_str(fields: Mapping[str, Any], key: str, *, where: str | None = None) -> str | None:
+    value = fields.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _EntryError(f"{where or repr(key)} must be a string or null, got {type(value).__name__}")
+    return value
+
+
+def _text(fields: Mapping[str, Any]) -> str:
+    content = fields.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        raise _EntryError(f"'content' must be a string or a list of text parts, got {type(content).__name__}")
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):  # LangChain's content lists may hold plain strings
+            texts.append(part)
+            continue
+        if not isinstance(part, Mapping):
+            raise _EntryError(f"content part {j} must be a string or an object, got {type(part).__name__}")
+        kind = part.get("type")
+        if kind != "text":
+            raise _EntryError(
+                f"content part {j} has type {kind!r}: rxgraph messages hold text only, so only 'text' parts can be "
+                "kept; send such parts to the model yourself"
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise _EntryError(f"content part {j} has no string 'text'")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _list(fields: Mapping[str, Any], key: str) -> list[Any]:
+    value = fields.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise _EntryError(f"{key!r} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _call_id_and_name(key: str, j: int, call: Any, expected_type: str) -> tuple[str, str]:
+    if not isinstance(call, Mapping):
+        raise _EntryError(f"{key} {j} must be an object, got {type(call).__name__}")
+    if call.get("type", expected_type) != expected_type:
+        raise _EntryError(f"{key} {j} has type {call.get('type')!r}, not {expected_type!r}")
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise _EntryError(f"{key} {j} needs a non-empty string 'id', got {call_id!r}")
+    name = call.get("name")
+    if not isinstance(name, str):
+        raise _EntryError(f"{key} {j} needs a string 'name', got {type(name).__name__}")
+    return call_id, name
+
+
+def _tool_calls(fields: Mapping[str, Any], raw_calls: Any) -> tuple[ToolCall, ...]:
+    calls: list[ToolCall] = []
+    for j, call in enumerate(_list(fields, "tool_calls")):
+        call_id, name = _call_id_and_name("tool call", j, call, "tool_call")
+        args = call.get("args")
+        if not isinstance(args, Mapping):
+            raise _EntryError(f"tool call {j}: 'args' must be an object, got {type(args).__name__}")
+        try:
+            arguments = json.dumps(dict(args), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise _EntryError(f"tool call {j}: 'args' cannot be written as JSON: {exc}") from None
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+    for j, call in enumerate(_list(fields, "invalid_tool_calls")):
+        call_id, name = _call_id_and_name("invalid tool call", j, call, "invalid_tool_call")
+        args = call.get("args")
+        if args is not None and not isinstance(args, str):
+            raise _EntryError(f"invalid tool call {j}: 'args' must be a string or null, got {type(args).__name__}")
+        calls.append(ToolCall(id=call_id, name=name, arguments=args or ""))
+    return _in_order(calls, raw_calls)
+
+
+def _in_order(calls: list[ToolCall], raw_calls: Any) -> tuple[ToolCall, ...]:
+    """The calls in the order of ``additional_kwargs.tool_calls``, when that names exactly these calls.
+
+    It is advice, not a field: LangChain reads only ``tool_calls`` and ``invalid_tool_calls``, so a list that
+    names other calls (a client changed the calls and left it) is passed over, and the valid calls come first.
+    """
+    if not isinstance(raw_calls, list | tuple) or len(raw_calls) != len(calls):
+        return tuple(calls)
+    order = [raw.get("id") if isinstance(raw, Mapping) else None for raw in raw_calls]
+    by_id = {call.id: call for call in calls}
+    if len(set(order)) != len(order) or set(order) != set(by_id):
+        return tuple(calls)
+    return tuple(by_id[str(call_id)] for call_id in order)
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _EntryError(f"'usage_metadata.{key}' must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _usage(usage: Any) -> TokenUsage | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, Mapping):
+        raise _EntryError(f"'usage_metadata' must be an object or null, got {type(usage).__name__}")
+    return TokenUsage(
+        prompt_tokens=_count(usage, "input_tokens"),
+        completion_tokens=_count(usage, "output_tokens"),
+        total_tokens=_count(usage, "total_tokens"),
+    )
