@@ -35,7 +35,7 @@ from ._edges import Branch
 from ._node import NodeSpec
 from ._spec import GraphSpec
 
-__all__ = ["draw_mermaid"]
+__all__ = ["draw_mermaid", "graph_json"]
 
 _CLASS_STYLES = {
     "interrupt": "stroke:#d97706,stroke-width:3px",
@@ -200,3 +200,37 @@ def _text(raw: str) -> str:
         _ESCAPES.get(character) or (character if character.isprintable() else f"#{ord(character)};")
         for character in raw
     )
+
+
+def graph_json(spec: GraphSpec) -> dict[str, Any]:
+    """The graph as LangGraph's server describes one (``GET /assistants/{id}/graph``): ``nodes`` (``START``, each
+    node in the order it was added, ``END``) and ``edges`` (``source``, ``target``, and ``conditional`` for a route's
+    or a ``Command``'s ways). A route without a path map leads to every node and ``END``: only its function knows
+    where it goes."""
+    names = [START, *spec.nodes, END]
+    nodes = [{"id": name, "type": "runnable", "data": {"id": ["rxgraph", name], "name": name}} for name in names]
+    edges: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, bool]] = set()
+
+    def edge(source: str, target: str, conditional: bool) -> None:
+        if (source, target, conditional) not in seen:
+            seen.add((source, target, conditional))
+            edges.append({"source": source, "target": target, "conditional": conditional})
+
+    for source, branches in spec.branches.items():
+        for branch in branches:
+            if branch.target is not None:
+                edge(source, branch.target, False)
+            elif branch.path_map is not None:
+                for target in branch.path_map.values():
+                    edge(source, target, True)
+            else:
+                for target in names[1:]:
+                    edge(source, target, True)
+    for node in spec.nodes.values():
+        for target in node.destinations:
+            edge(node.name, target, True)
+    for join in spec.joins:
+        for source in join.sources:
+            edge(source, join.target, False)
+    return {"nodes": nodes, "edges": edges}

@@ -1,54 +1,34 @@
-"""``create_app``: a graph or an agent as an ASGI app (Starlette), its runs streamed as server-sent events."""
+"""``create_app``: graphs and agents as an ASGI app (Starlette) speaking LangGraph's server API, so that its
+official clients (``langgraph-sdk`` for Python, ``@langchain/langgraph-sdk`` for JavaScript and its React hook) work
+against it unmodified — with rxgraph's guarantee: a run that is cancelled, whatever cancels it, is rewound."""
 
 from __future__ import annotations
 
-import asyncio
-import json
+import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import resources
-from typing import Any
 
-from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from .._json import checkpoint_metadata, to_json
-from .._log import log
+from .. import __version__
 from ..agent._react import ReactAgent
-from ..errors import (
-    InvalidArgumentError,
-    InvalidConfigError,
-    InvalidTypeError,
-    MessageFormatError,
-    RxGraphError,
-    ThreadBusyError,
-    ThreadNotFoundError,
-    UnsafeHistoryError,
-)
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..graph._compiled import CompiledGraph
-from ..graph._config import RunnableConfig
-from ..graph._interrupt import Command
-from ..graph._outputs import RunOutput
-from ..messages._openai import from_openai
-from ._events import EventEncoder, error_json, interrupt_json
-from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck, read_body
-from ._outputs import Item, RunOutputs
-from ._requests import AgentRunRequest, GraphRunRequest
+from ._api_assistants import assistant_routes
+from ._api_runs import run_routes
+from ._api_threads import thread_routes
+from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck
+from ._registry import MemoryRegistry
+from ._runs import RunManager
+from ._service import Auth, Refusal, Service, answer
+from ._targets import targets_of
 
 __all__ = ["create_app"]
-
-_HISTORY_LIMIT = 20
-"""Checkpoints ``GET /threads/{thread_id}/history`` returns when the client does not say."""
-
-_HISTORY_MAX = 10_000
-"""The most checkpoints one ``GET /threads/{thread_id}/history`` returns (a larger ``limit`` is refused with 422):
-one answer stays a size a server builds in memory and a client reads at once."""
 
 _PAGE_POLICY = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -56,61 +36,49 @@ _PAGE_POLICY = (
 )
 """The chat page loads nothing but itself, and talks to this server only."""
 
+Target = CompiledGraph | ReactAgent
+
 
 def create_app(
-    target: CompiledGraph | ReactAgent,
+    target: Target | Mapping[str, Target],
     *,
+    auth: Auth | None = None,
     page: bool = True,
     ping: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
     allowed_origins: Sequence[str] = (),
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
 ) -> Starlette:
-    """An ASGI app serving ``target``'s threads over HTTP (Starlette; install the ``serve`` extra).
-
-    Routes (see the ``rxgraph.serve`` docstring for the bodies and the events):
-
-    - ``POST /threads/{thread_id}/runs/stream``: start a run (an agent's turn) and stream it as server-sent events.
-      The client going away cancels the run, which is rewound.
-    - ``GET /threads/{thread_id}/state``: the thread's head (404 for a thread with no checkpoint).
-    - ``GET /threads/{thread_id}/history?limit=N``: its newest ``N`` checkpoints (1 to 10,000; default 20), newest
-      first (404 for a thread with no checkpoint).
-    - ``GET /``: for an agent, a chat page to try it in a browser (``page=False`` leaves it out).
+    """An ASGI app serving ``target``'s threads with LangGraph's server API (Starlette; install the ``serve``
+    extra). The HTTP API guide lists every route, and which of LangGraph's are not served.
 
     Args:
-        target: a compiled graph or a ``ReactAgent``, with a checkpointer.
-        page: serve the chat page at ``/`` (for an agent; a graph's runs take state as JSON, which the page does
-            not write).
-        ping: seconds between keep-alive comments on an idle stream (0: none), for proxies that close quiet
-            connections.
-        max_body: the largest body a run's request may have, in bytes (default 10 MiB); a larger one is refused
-            with 413 before the run starts.
-        allowed_origins: origins (``"https://app.example.com"``) whose pages may start runs here, besides this
-            server's own. A browser's request from any other site — its ``Origin`` header says so — is refused with
-            403; a run's body must be ``application/json`` (415 otherwise), which a browser does not send to another
-            site without asking first, so a cross-site form or ``text/plain`` post never starts a run.
-        allowed_hosts: the host names the app answers for, on every route (400 for any other ``Host``, so that
-            another site's page cannot reach it under its own name: DNS rebinding). Default: this machine's own
-            (``127.0.0.1``, ``localhost``, ``::1``, and ``testserver`` for Starlette's ``TestClient``);
-            ``"*.example.com"`` for subdomains, ``["*"]`` for any host.
+        target: a compiled graph or a ``ReactAgent`` (with a checkpointer), served as the assistant ``"agent"``;
+            or ``{name: target, ...}`` for several, each an assistant of that name. They share one checkpointer.
+        auth: who the caller is: ``auth(headers)`` (may be async) returns their identity, or ``None`` for 401.
+            Every thread belongs to the identity that created it: another gets 404 on each of its routes, and never
+            sees it in a search. Without it, anyone who reaches the server reads and writes every thread.
+        page: serve the chat page at ``/`` (when the first target is an agent).
+        ping: seconds between keep-alive comments on an idle stream (0: none).
+        max_body: the largest request body, in bytes (default 10 MiB); a larger one is refused with 413.
+        allowed_origins: origins (``"https://app.example.com"``) whose pages may call the API, besides this
+            server's own: a browser's request from any other site is refused with 403, and these get CORS headers.
+            Every body must be ``application/json`` (415 otherwise), which a browser never sends to another site
+            without asking first.
+        allowed_hosts: the host names the app answers for (400 for any other ``Host``: DNS rebinding). Default:
+            this machine's (``127.0.0.1``, ``localhost``, ``::1``, and ``testserver``); ``["*"]`` for any.
 
     Raises:
-        InvalidTypeError: ``target`` is neither a ``CompiledGraph`` nor a ``ReactAgent``.
-        InvalidArgumentError: ``target`` has no checkpointer (threads are what the app serves), ``ping`` < 0, or
+        InvalidTypeError: a target is neither a ``CompiledGraph`` nor a ``ReactAgent``, or an argument has the
+            wrong type.
+        InvalidArgumentError: a target has no checkpointer, the targets do not share one, ``ping`` < 0, or
             ``max_body`` < 1.
     """
-    if isinstance(target, ReactAgent):
-        graph, agent = target.graph, target
-    elif isinstance(target, CompiledGraph):
-        graph, agent = target, None
-    else:
-        raise InvalidTypeError(
-            f"create_app serves a CompiledGraph or a ReactAgent, got {type(target).__name__}", argument="target"
-        )
-    if graph.checkpointer is None:
+    targets = targets_of(target)
+    savers = {id(t.graph.checkpointer) for t in targets.values()}
+    if len(savers) != 1:
         raise InvalidArgumentError(
-            "create_app serves threads, which need a checkpointer: compile(checkpointer=...) or "
-            "ReactAgent(..., checkpointer=...)",
+            "the served targets must share one checkpointer: a thread is read by whichever target runs on it",
             argument="target",
         )
     if not ping >= 0:
@@ -126,236 +94,83 @@ def create_app(
         raise InvalidTypeError(
             f"allowed_origins takes a list of origins, not a string: [{allowed_origins!r}]", argument="allowed_origins"
         )
+    if auth is not None and not callable(auth):
+        raise InvalidTypeError(f"auth must be a function of the request's headers, got {auth!r}", argument="auth")
+    first = next(iter(targets.values()))
+    assert first.graph.checkpointer is not None
+    registry = MemoryRegistry()  # TEMP
+    service = Service(
+        targets=targets,
+        registry=registry,
+        runs=RunManager(registry, lambda thread_id: _forget(service, thread_id)),
+        auth=auth,
+        max_body=max_body,
+        allowed_origins=frozenset(allowed_origins),
+    )
     routes = [
-        Route(
-            "/threads/{thread_id}/runs/stream",
-            _RunStream(graph, agent, ping, max_body, frozenset(allowed_origins)),
-            methods=["POST"],
-        ),
-        Route("/threads/{thread_id}/state", _Reads(graph).state, methods=["GET"]),
-        Route("/threads/{thread_id}/history", _Reads(graph).history, methods=["GET"]),
+        Route("/ok", _ok, methods=["GET"]),
+        Route("/info", _info, methods=["GET"]),
+        *assistant_routes(service),
+        *thread_routes(service),
+        *run_routes(service, ping),
     ]
-    if page and agent is not None:
+    if page and first.agent is not None:
         html = resources.files(__package__).joinpath("chat.html").read_text(encoding="utf-8")
 
         async def _page(request: Request) -> Response:
             return HTMLResponse(html, headers={"Content-Security-Policy": _PAGE_POLICY})
 
         routes.append(Route("/", _page, methods=["GET"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await service.runs.close()  # every run still going is cancelled and rewound before the server stops
+            registry.close()
+
+    middleware = [Middleware(HostCheck, allowed=frozenset(allowed_hosts))]
+    if allowed_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(allowed_origins),
+                allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+                allow_headers=["*"],
+                expose_headers=["Content-Location", "Location"],
+                allow_credentials=True,
+            )
+        )
     return Starlette(
         routes=routes,
-        exception_handlers={RxGraphError: _failed_read},
-        middleware=[Middleware(HostCheck, allowed=frozenset(allowed_hosts))],
+        exception_handlers={Refusal: _refused},
+        middleware=middleware,
+        lifespan=lifespan,
     )
 
 
-class _JSON(JSONResponse):
-    """JSON as rxgraph writes it: ASCII with escapes, so that a string holding half of a surrogate pair (a streamed
-    emoji cut in two) is still sent, and non-finite floats refused (``to_json`` turns them into strings)."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
-def _refused(document: dict[str, Any]) -> Response:
-    """The answer to a request the app cannot act on: 422, with the error JSON."""
-    return _JSON(document, status_code=422)
+def _forget(service: Service, thread_id: str) -> None:
+    """Remove a stateless run's thread, records and checkpoints."""
+    service.registry.delete_thread(thread_id)
+    with contextlib.suppress(NotImplementedError):
+        service.saver.delete_thread(thread_id)
 
 
-def _config(request: Request, **fields: Any) -> RunnableConfig | Response:
-    """The run's config, for the thread in the path; or the 422 that refuses the request."""
-    try:
-        return RunnableConfig(thread_id=request.path_params["thread_id"], **fields)
-    except InvalidConfigError as error:
-        return _refused(_validation_json(error.errors))
+async def _refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, Refusal)
+    return answer({"detail": error.detail}, error.status)
 
 
-def _validation_json(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors]
-    return {"type": "ValidationError", "message": "; ".join(problems)}
+async def _ok(request: Request) -> Response:
+    return answer({"ok": True})
 
 
-async def _failed_read(request: Request, error: Exception) -> Response:
-    status = 422 if isinstance(error, InvalidArgumentError | InvalidTypeError) else 500
-    return _JSON(error_json(error), status_code=status)
-
-
-class _Reads:
-    """The read endpoints. The saver's I/O runs on Starlette's thread pool, never on the event loop; a read waits
-    for a rewind in flight on the thread (``CompiledGraph.get_state``)."""
-
-    def __init__(self, graph: CompiledGraph) -> None:
-        self._graph = graph
-
-    async def state(self, request: Request) -> Response:
-        config = _config(request)
-        if isinstance(config, Response):
-            return config
-        snapshot = await run_in_threadpool(self._graph.get_state, config)
-        checkpoint = snapshot.checkpoint
-        if checkpoint is None:
-            return _no_thread(str(config.thread_id))
-        return _JSON(
-            {
-                "thread_id": config.thread_id,
-                "values": to_json(snapshot.values),
-                "next": list(snapshot.next),
-                "interrupt": interrupt_json(snapshot.interrupt) if snapshot.interrupt is not None else None,
-                "checkpoint": checkpoint_metadata(checkpoint),
-            }
-        )
-
-    async def history(self, request: Request) -> Response:
-        config = _config(request)
-        if isinstance(config, Response):
-            return config
-        limit = _limit(request.query_params.get("limit"))
-        if limit is None:
-            return _refused(
-                {"type": "ValidationError", "message": f"limit: must be a whole number from 1 to {_HISTORY_MAX}"}
-            )
-        snapshots = await run_in_threadpool(self._graph.get_state_history, config, limit=limit)
-        checkpoints = [
-            {**checkpoint_metadata(s.checkpoint), "values": to_json(s.values)}
-            for s in snapshots
-            if s.checkpoint is not None
-        ]
-        if not checkpoints:  # a limit >= 1 lists the head of any thread there is
-            return _no_thread(str(config.thread_id))
-        return _JSON({"thread_id": config.thread_id, "checkpoints": checkpoints})
-
-
-def _no_thread(thread_id: str) -> Response:
-    """The answer to a read of a thread with no checkpoint (a typo in its id, most likely): 404, with the error
-    JSON."""
-    error = ThreadNotFoundError(
-        f"thread {thread_id!r} has no checkpoint: check its id (a thread exists once a run has written to it)",
-        thread_id=thread_id,
+async def _info(request: Request) -> Response:
+    return answer(
+        {
+            "version": __version__,
+            "server": "rxgraph",
+            "flags": {"assistants": True, "crons": False, "langsmith": False, "store": False},
+        }
     )
-    return _JSON(error_json(error), status_code=404)
-
-
-def _limit(text: str | None) -> int | None:
-    """The ``limit`` a client asked for (or the default); None when it is not a whole number from 1 to
-    ``_HISTORY_MAX``."""
-    if text is None:
-        return _HISTORY_LIMIT
-    # The length first: int() refuses decimal text longer than 4,300 digits with a ValueError.
-    if not (text.isascii() and text.isdigit() and len(text.lstrip("0")) <= len(str(_HISTORY_MAX))):
-        return None
-    return int(text) if 1 <= int(text) <= _HISTORY_MAX else None
-
-
-class _RunStream:
-    """``POST /threads/{thread_id}/runs/stream`` as a plain ASGI app, so that one ``try``/``finally`` owns the run
-    from its start to its teardown, whatever ends the request: the run's end, the client going away (seen by
-    sse-starlette, or while waiting for the first output), or the request's task being cancelled."""
-
-    def __init__(
-        self,
-        graph: CompiledGraph,
-        agent: ReactAgent | None,
-        ping: float,
-        max_body: int = DEFAULT_MAX_BODY,
-        allowed_origins: frozenset[str] = frozenset(),
-    ) -> None:
-        self._graph = graph
-        self._agent = agent
-        self._ping = ping
-        self._max_body = max_body
-        self._allowed_origins = allowed_origins
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        try:
-            body = await read_body(request, max_body=self._max_body, allowed_origins=self._allowed_origins)
-        except ClientDisconnect:
-            return  # gone before its request was whole: nothing was started
-        if isinstance(body, Response):
-            await body(scope, receive, send)  # refused before anything was started
-            return
-        started = self._start(request, body)
-        if isinstance(started, Response):
-            await started(scope, receive, send)
-            return
-        config, outputs = started
-        run = RunOutputs(outputs)
-        try:
-            first = await _first_or_gone(run, receive)
-            if isinstance(first, _Gone):
-                return  # nobody to answer; `finally` cancels (and rewinds) the run
-            if isinstance(first, ThreadBusyError):
-                # multitask="reject": refused before a byte of the stream, so the client gets a status to act on.
-                await _JSON(error_json(first), status_code=409)(scope, receive, send)
-                return
-            encoder = EventEncoder(thread_id=str(config.thread_id), agent=self._agent is not None)
-            events = self._events(first, run, encoder, config)
-            await EventSourceResponse(events, ping=self._ping)(scope, receive, send)
-        finally:
-            await run.close()
-
-    def _start(self, request: Request, body: bytes) -> tuple[RunnableConfig, AsyncIterator[RunOutput]] | Response:
-        """The run the request asks for, not started yet (nothing runs until it is iterated); or the 422 that
-        refuses a body that does not say."""
-        try:
-            if self._agent is not None:
-                turn = AgentRunRequest.model_validate_json(body)
-                config = _config(request, context=turn.context, multitask=turn.multitask)
-                if isinstance(config, Response):
-                    return config
-                if turn.resumes:
-                    return config, self._agent.astream(Command(resume=turn.resume), config)
-                assert turn.input is not None
-                messages = turn.input if isinstance(turn.input, str) else from_openai(turn.input)
-                return config, self._agent.astream(messages, config)
-            run = GraphRunRequest.model_validate_json(body)
-            config = _config(request, context=run.context, multitask=run.multitask)
-            if isinstance(config, Response):
-                return config
-            return config, self._graph.astream(Command(resume=run.resume) if run.resumes else run.input, config)
-        except ValidationError as error:
-            return _refused(_validation_json(error.errors()))
-        except (MessageFormatError, InvalidArgumentError, InvalidTypeError, UnsafeHistoryError) as error:
-            return _refused(error_json(error))
-
-    async def _events(
-        self, item: Item, run: RunOutputs, encoder: EventEncoder, config: RunnableConfig
-    ) -> AsyncIterator[ServerSentEvent]:
-        while True:
-            if isinstance(item, RunOutput):
-                yield encoder.output(item)
-            elif isinstance(item, Exception):
-                if not isinstance(item, RxGraphError):
-                    log.warning("run on thread %r failed", config.thread_id, exc_info=item)
-                yield encoder.error(item)
-                return
-            else:
-                head = encoder.last_checkpoint_id
-                if head is None:  # the run wrote nothing (a resume with nothing left to run): read the head
-                    head = (await run_in_threadpool(self._graph.get_state, config)).checkpoint_id
-                yield encoder.end(head)
-                return
-            item = await run.next()
-
-
-class _Gone:
-    """The client disconnected."""
-
-
-async def _first_or_gone(run: RunOutputs, receive: Receive) -> Item | _Gone:
-    """The run's first item (which may be a while: an enqueued run waits for the runs before it, a model for its
-    first token), or ``_Gone`` if the client disconnects first."""
-    first = asyncio.ensure_future(run.next())
-    gone = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait([first, gone], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not first.done():
-            first.cancel()
-    return first.result() if first.done() and not first.cancelled() else _Gone()
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

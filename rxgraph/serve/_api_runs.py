@@ -1,0 +1,295 @@
+"""The run routes of LangGraph's server API: start a run (streamed, waited for, or in the background; on a thread
+or stateless), join it, follow its stream again, read, list, cancel and delete runs.
+
+A stream's client that goes away cancels its run when the run was started with ``on_disconnect="cancel"`` (the
+default of a stream): the run is torn down and rewound before the request's handling ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidTypeError,
+    MessageFormatError,
+    ThreadBusyError,
+)
+from ._api_requests import RunCreate
+from ._registry import ACTIVE, RunRecord, ThreadRecord
+from ._runs import ActiveRun
+from ._service import Refusal, Service, answer, refuse
+from ._wire import run_json, wire
+
+__all__ = ["run_routes"]
+
+_POLL = 0.25
+"""Seconds between looks at the record of a run another process executes (for ``join``)."""
+
+
+def run_routes(service: Service, ping: float) -> list[Route]:
+    runs = _Runs(service, ping)
+    return [
+        Route("/threads/{thread_id}/runs/stream", _Asgi(runs.stream), methods=["POST"]),
+        Route("/threads/{thread_id}/runs/wait", _Asgi(runs.wait), methods=["POST"]),
+        Route("/threads/{thread_id}/runs", runs.create, methods=["POST"]),
+        Route("/threads/{thread_id}/runs", runs.list, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}", runs.get, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}", runs.delete, methods=["DELETE"]),
+        Route("/threads/{thread_id}/runs/{run_id}/join", runs.join, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}/stream", _Asgi(runs.join_stream), methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}/cancel", runs.cancel, methods=["POST"]),
+        Route("/runs/stream", _Asgi(runs.stream), methods=["POST"]),
+        Route("/runs/wait", _Asgi(runs.wait), methods=["POST"]),
+        Route("/runs", runs.create, methods=["POST"]),
+    ]
+
+
+class _Asgi:
+    """A route handled as a plain ASGI app (``handler(request, send)``), so that one ``try``/``finally`` owns a run
+    from its start to its teardown, whatever ends the request; a ``Refusal`` is answered as its status."""
+
+    def __init__(self, handler: Any) -> None:
+        self._handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            await self._handler(request, send)
+        except Refusal as refusal:
+            await answer({"detail": refusal.detail}, refusal.status)(scope, receive, send)
+
+
+class _Runs:
+    def __init__(self, service: Service, ping: float) -> None:
+        self.s = service
+        self._ping = ping
+
+    async def _start(self, request: Request) -> tuple[ActiveRun, RunCreate]:
+        identity = await self.s.identity(request)
+        body = await self.s.body(request, RunCreate, empty_ok=False)
+        target = self.s.target(body.assistant_id)
+        thread_id = request.path_params.get("thread_id")
+        temporary = False
+        if thread_id is None:  # a stateless run: a thread of its own, deleted after it unless kept
+            thread_id = str(uuid.uuid4())
+            temporary = body.on_completion == "delete"
+            record = ThreadRecord(thread_id, identity, {"graph_id": target.name})
+            await run_in_threadpool(self.s.registry.create_thread, record)
+        else:
+            try:
+                record = await self.s.thread(thread_id, identity)
+            except Refusal:
+                if body.if_not_exists != "create":
+                    raise
+                created = await run_in_threadpool(
+                    self.s.registry.create_thread, ThreadRecord(thread_id, identity, {"graph_id": target.name})
+                )
+                if created is None:  # someone else's, or made meanwhile: not this caller's to run on
+                    raise refuse(409, f"thread {thread_id!r} already exists") from None
+                record = created
+        if record.metadata.get("graph_id") != target.name:
+            await run_in_threadpool(self.s.registry.update_thread, thread_id, {"graph_id": target.name})
+        try:
+            run = await self.s.runs.start(target, thread_id, body, identity, temporary=temporary)
+        except ThreadBusyError as busy:
+            raise refuse(409, str(busy)) from None
+        except (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError) as error:
+            raise refuse(422, f"{type(error).__name__}: {error}") from None
+        return run, body
+
+    def _where(self, run: ActiveRun) -> dict[str, str]:
+        base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+        return {"Location": f"{base}/stream", "Content-Location": base}
+
+    async def stream(self, request: Request, send: Send) -> None:
+        run, body = await self._start(request)
+        cancel = (body.on_disconnect or "cancel") == "cancel"
+        await self._follow(request, send, run, after=0, modes=None, cancel_on_disconnect=cancel)
+
+    async def join_stream(self, request: Request, send: Send) -> None:
+        identity = await self.s.identity(request)
+        await self.s.thread(request.path_params["thread_id"], identity)
+        run = await self._local(request)
+        last = request.headers.get("last-event-id")
+        after = len(run.log.events) if last is None else (0 if last.strip() == "-1" else _event_number(last))
+        modes = [m for m in request.query_params.getlist("stream_mode") if m] or None
+        cancel = request.query_params.get("cancel_on_disconnect", "false").lower() in ("true", "1")
+        await self._follow(request, send, run, after=after, modes=modes, cancel_on_disconnect=cancel)
+
+    async def _follow(
+        self,
+        request: Request,
+        send: Send,
+        run: ActiveRun,
+        *,
+        after: int,
+        modes: list[str] | None,
+        cancel_on_disconnect: bool,
+    ) -> None:
+        try:
+            response = EventSourceResponse(
+                _events(run, after, modes), ping=self._ping or None, headers=self._where(run)
+            )
+            await response(request.scope, request.receive, send)
+        finally:
+            if cancel_on_disconnect and not run.ended.is_set():
+                self.s.runs.cancel(run)
+                await self.s.runs.wait(run)  # shielded: the rewind has landed before this request ends
+
+    async def wait(self, request: Request, send: Send) -> None:
+        run, body = await self._start(request)
+        cancel = body.on_disconnect == "cancel"
+        try:
+            gone = await _ended_or_gone(run, request.receive)
+            if gone:
+                return
+            await answer(await self._result(run), headers=self._where(run))(request.scope, request.receive, send)
+        finally:
+            if cancel and not run.ended.is_set():
+                self.s.runs.cancel(run)
+                await self.s.runs.wait(run)
+
+    async def _result(self, run: ActiveRun) -> Any:
+        """What ``wait`` and ``join`` answer: the run's last values (with ``__interrupt__`` when it stopped for a
+        human), or ``{"__error__": ...}`` for a run that failed."""
+        if run.error is not None:
+            return {"__error__": run.error}
+        if run.values is not None:
+            return run.values
+        if run.temporary:
+            return {}
+        return await self._thread_values(run.thread_id)
+
+    async def _thread_values(self, thread_id: str) -> Any:
+        record = await self.s.thread(thread_id, None) if self.s.auth is None else None
+        target = self.s.graph_for(record) if record is not None else next(iter(self.s.targets.values()))
+        snapshot = await run_in_threadpool(self.s.snapshot, target, thread_id)
+        return wire(dict(snapshot.values))
+
+    async def create(self, request: Request) -> Response:
+        run, _ = await self._start(request)
+        return answer(run_json(run.record), headers=self._where(run))
+
+    async def _record(self, request: Request) -> RunRecord:
+        identity = await self.s.identity(request)
+        thread = await self.s.thread(request.path_params["thread_id"], identity)
+        run_id = request.path_params["run_id"]
+        local = self.s.runs.get(run_id)
+        record = local.record if local is not None else await run_in_threadpool(self.s.registry.get_run, run_id)
+        if record is None or record.thread_id != thread.thread_id:
+            raise refuse(404, f"run {run_id!r} not found in thread {thread.thread_id!r}")
+        return record
+
+    async def _local(self, request: Request) -> ActiveRun:
+        record = await self._record(request)
+        run = self.s.runs.get(record.run_id)
+        if run is None:
+            raise refuse(404, f"run {record.run_id!r} is not executing on this server, and its events are gone")
+        return run
+
+    async def get(self, request: Request) -> Response:
+        return answer(run_json(await self._record(request)))
+
+    async def list(self, request: Request) -> Response:
+        identity = await self.s.identity(request)
+        thread = await self.s.thread(request.path_params["thread_id"], identity)
+        try:
+            limit = int(request.query_params.get("limit", "10"))
+            offset = int(request.query_params.get("offset", "0"))
+        except ValueError:
+            raise refuse(422, "limit and offset must be whole numbers") from None
+        status = request.query_params.get("status")
+        records = await run_in_threadpool(self.s.registry.runs, thread.thread_id)
+        records = [r for r in records if status is None or r.status == status]
+        return answer([run_json(r) for r in records[offset : offset + limit]])
+
+    async def join(self, request: Request) -> Response:
+        record = await self._record(request)
+        run = self.s.runs.get(record.run_id)
+        if run is not None:
+            await run.ended.wait()
+            return answer(await self._result(run))
+        while record.status in ACTIVE:  # executing in another process: its record says when it ends
+            await asyncio.sleep(_POLL)
+            found = await run_in_threadpool(self.s.registry.get_run, record.run_id)
+            if found is None:
+                break
+            record = found
+        return answer(await self._thread_values(record.thread_id))
+
+    async def cancel(self, request: Request) -> Response:
+        record = await self._record(request)
+        action = request.query_params.get("action", "interrupt")
+        if action not in ("interrupt", "rollback"):
+            raise refuse(422, f"action must be 'interrupt' or 'rollback', got {action!r}")
+        wait = request.query_params.get("wait", "false").lower() in ("true", "1")
+        run = self.s.runs.get(record.run_id)
+        if run is None:
+            if record.status in ACTIVE:
+                raise refuse(409, f"run {record.run_id!r} executes on another server process")
+            return Response(status_code=202)
+        chosen: Literal["interrupt", "rollback"] = "rollback" if action == "rollback" else "interrupt"
+        self.s.runs.cancel(run, chosen)
+        if wait:
+            await self.s.runs.wait(run)
+            return Response(status_code=204)
+        return Response(status_code=202)
+
+    async def delete(self, request: Request) -> Response:
+        record = await self._record(request)
+        if record.status in ACTIVE:
+            raise refuse(409, f"run {record.run_id!r} is {record.status}; cancel it first")
+        await run_in_threadpool(self.s.registry.delete_run, record.run_id)
+        return Response(status_code=204)
+
+
+def _event_number(text: str) -> int:
+    try:
+        return max(int(text.strip()), 0)
+    except ValueError:
+        raise refuse(422, f"Last-Event-ID must be an event's number, got {text!r}") from None
+
+
+async def _events(run: ActiveRun, after: int, modes: list[str] | None) -> AsyncIterator[ServerSentEvent]:
+    """The run's events numbered above ``after``, those of ``modes`` only (the run's own when None); ``metadata``
+    and ``error`` always."""
+    if modes is not None:
+        modes = ["messages" if m == "messages-tuple" else m for m in modes]
+    async for number, event, data in run.log.follow(after):
+        if modes is not None and event not in ("metadata", "error") and event.split("|")[0] not in modes:
+            continue
+        yield ServerSentEvent(data=data, event=event, id=str(number))
+
+
+async def _ended_or_gone(run: ActiveRun, receive: Receive) -> bool:
+    """Wait until the run ends (False) or the client goes away (True)."""
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async with anyio.create_task_group() as group:
+        result = {"gone": False}
+
+        async def watch() -> None:
+            await gone()
+            result["gone"] = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await run.ended.wait()
+        group.cancel_scope.cancel()
+    return result["gone"]

@@ -1,0 +1,387 @@
+"""``RunManager``: the runs this server process executes, each an asyncio task that turns the run's outputs into
+events and keeps them in an ``EventLog`` that any number of clients follow (the stream that started it, ``join``,
+``join_stream``, a reconnect with ``Last-Event-ID``).
+
+A thread's runs take turns here, in the order they were asked for, by ``multitask_strategy``: ``reject`` refuses a
+run while another is pending or running on its thread; ``enqueue`` waits for those; ``interrupt`` and ``rollback``
+cancel them (each cancelled run is rewound, as every cancelled rxgraph run is) and wait for their rewinds first —
+``rollback`` also deletes their records. The graph's own run slots still exclude a run of another process or one
+started outside the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Literal
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+
+from .._log import log
+from ..agent._model import ChatChunk
+from ..errors import ThreadBusyError
+from ..graph._config import RunnableConfig
+from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
+from ..messages._langchain import to_langchain
+from ..messages._types import ToolMessage
+from ._api_requests import RunCreate
+from ._outputs import RunOutputs
+from ._registry import Registry, RunRecord, RunStatus, now
+from ._targets import Target
+from ._wire import chunk_json, interrupt_json, wire, wire_update
+
+__all__ = ["ActiveRun", "EventLog", "RunEncoder", "RunManager"]
+
+_KEPT_LOGS = 256
+"""Ended runs whose events stay in memory, for a client that joins or reconnects after the end."""
+
+
+def _text(payload: Any) -> str:
+    # ASCII JSON: a streamed text may hold half of a surrogate pair, which UTF-8 cannot encode but JSON can escape.
+    return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+
+
+class EventLog:
+    """One run's events in order, numbered from 1, and whether the run has ended. Used on the event loop only."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.ended = False
+        self._changed = asyncio.Event()
+
+    def append(self, event: str, data: str) -> None:
+        self.events.append((event, data))
+        self._wake()
+
+    def end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def follow(self, after: int) -> AsyncIterator[tuple[int, str, str]]:
+        """The events numbered above ``after`` (``(number, event, data)``), as they come, until the run ends."""
+        index = max(after, 0)
+        while True:
+            while index < len(self.events):
+                event, data = self.events[index]
+                index += 1
+                yield index, event, data
+            if self.ended:
+                return
+            await self._changed.wait()
+
+
+class RunEncoder:
+    """Turns a run's outputs into the events of LangGraph's stream modes (each ``(event, JSON text)``): ``values``
+    once per superstep (and at a stop for a human, with ``__interrupt__``), ``updates`` per node, ``messages`` for
+    every model chunk and streamed message (``[message, metadata]``: the ``messages-tuple`` mode), ``custom``; inner
+    nodes of subgraphs as ``mode|namespace`` events when ``subgraphs``."""
+
+    def __init__(self, modes: tuple[str, ...], *, subgraphs: bool, run_id: str, thread_id: str) -> None:
+        self._values = "values" in modes
+        self._updates = "updates" in modes
+        self._messages = "messages-tuple" in modes
+        self._custom = "custom" in modes
+        self._subgraphs = subgraphs
+        self._run_id = run_id
+        self._thread_id = thread_id
+        self._pending: Mapping[str, Any] | None = None
+        self.last_values: Any = None
+        self._interrupts: list[InterruptOutput] = []
+        self._streaming: dict[tuple[str, ...], str] = {}
+        self._streams = 0
+
+    def take(self, output: RunOutput) -> list[tuple[str, str]]:
+        events: list[tuple[str, str]] = []
+        if self._pending is not None and not (type(output) is NodeOutput and output.state is self._pending):
+            events += self._flush()
+        if isinstance(output, NodeOutput):
+            self._streaming.pop((output.node,), None)
+            if self._updates:
+                events.append(("updates", _text({output.node: wire_update(output.update, output.state)})))
+            self._pending = output.state
+        elif isinstance(output, StreamingOutput):
+            chunk = output.chunk
+            if isinstance(chunk, SubgraphEvent):
+                events += self._inner(chunk)
+            elif self._messages:
+                events += self._message(chunk, (output.node,), "messages")
+        elif isinstance(output, CustomOutput):
+            if self._custom:
+                events.append(("custom", _text(wire(output.value))))
+        elif isinstance(output, InterruptOutput):
+            self._interrupts.append(output)
+        return events
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The events after the last output: the last superstep's values; for a stop, the interrupts."""
+        events = self._flush()
+        if self._interrupts:
+            pending = [interrupt_json(i.interrupt) for i in self._interrupts]
+            state = self._interrupts[-1].state
+            self.last_values = {**wire(dict(state)), "__interrupt__": pending}
+            if self._values:
+                events.append(("values", _text(self.last_values)))
+            if self._updates:
+                events.append(("updates", _text({"__interrupt__": pending})))
+        return events
+
+    def _flush(self) -> list[tuple[str, str]]:
+        state, self._pending = self._pending, None
+        if state is None:
+            return []
+        self.last_values = wire(dict(state))
+        return [("values", _text(self.last_values))] if self._values else []
+
+    def _message(self, chunk: Any, path: tuple[str, ...], event: str) -> list[tuple[str, str]]:
+        metadata = {
+            "langgraph_node": path[-1],
+            "langgraph_path": list(path),
+            "langgraph_checkpoint_ns": "|".join(path[:-1]),
+            "run_id": self._run_id,
+            "thread_id": self._thread_id,
+        }
+        if isinstance(chunk, ChatChunk):
+            message = self._streaming.get(path)
+            if message is None:
+                self._streams += 1
+                message = self._streaming[path] = f"run-{self._run_id}-{self._streams}"
+            return [(event, _text([chunk_json(chunk, message), metadata]))]
+        if isinstance(chunk, ToolMessage):
+            data = to_langchain([chunk], ids=[f"run-{self._run_id}-tool-{chunk.tool_call_id}"])[0]
+            return [(event, _text([data, metadata]))]
+        return []
+
+    def _inner(self, event: SubgraphEvent) -> list[tuple[str, str]]:
+        inner = event.innermost
+        path = event.path
+        suffix = "|" + "|".join(path[:-1]) if self._subgraphs else ""
+        if isinstance(inner, StreamingOutput):
+            return self._message(inner.chunk, path, "messages" + suffix) if self._messages else []
+        if isinstance(inner, CustomOutput):
+            return [("custom" + suffix, _text(wire(inner.value)))] if self._custom else []
+        if isinstance(inner, NodeOutput) and self._subgraphs:
+            self._streaming.pop(path, None)
+            events = []
+            if self._updates:
+                events.append(("updates" + suffix, _text({inner.node: wire_update(inner.update, inner.state)})))
+            if self._values:
+                events.append(("values" + suffix, _text(wire(dict(inner.state)))))
+            return events
+        return []
+
+
+class ActiveRun:
+    """A run this process executes: its record, its events, its task, and what it ended with."""
+
+    def __init__(self, record: RunRecord, log: EventLog, temporary: bool) -> None:
+        self.record = record
+        self.log = log
+        self.temporary = temporary
+        self.task: asyncio.Task[None] | None = None
+        self.ended = asyncio.Event()
+        self.values: Any = None
+        self.error: dict[str, Any] | None = None
+        self.cancel_action: Literal["interrupt", "rollback"] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self.record.thread_id
+
+
+class RunManager:
+    """Starts, follows and cancels this process's runs; see the module docstring.
+
+    Args:
+        registry: where run records are kept (their status is written as it changes).
+        delete_thread: removes a temporary thread (a stateless run's) once its run has ended.
+    """
+
+    def __init__(self, registry: Registry, delete_thread: Callable[[str], Any]) -> None:
+        self._registry = registry
+        self._delete_thread = delete_thread
+        self._runs: dict[str, ActiveRun] = {}
+        self._by_thread: dict[str, list[ActiveRun]] = {}
+        self._ended: OrderedDict[str, ActiveRun] = OrderedDict()
+
+    def get(self, run_id: str) -> ActiveRun | None:
+        """A run this process executes, or executed recently."""
+        return self._runs.get(run_id) or self._ended.get(run_id)
+
+    def busy(self, thread_id: str) -> bool:
+        return bool(self._by_thread.get(thread_id))
+
+    def running_on(self, thread_id: str) -> list[ActiveRun]:
+        """The thread's pending and running runs here, oldest first."""
+        return list(self._by_thread.get(thread_id, ()))
+
+    async def start(
+        self, target: Target, thread_id: str, body: RunCreate, owner: str | None, *, temporary: bool = False
+    ) -> ActiveRun:
+        """Record a run and start it (it waits for its turn on the thread).
+
+        Raises:
+            ThreadBusyError: ``reject`` and the thread has a pending or running run here.
+            MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError: the request's input or
+                config is not one the target takes; nothing was recorded or started.
+        """
+        config = RunnableConfig(
+            thread_id=thread_id,
+            checkpoint_id=body.start_from,
+            context={**_configurable(body.config), **body.context},
+            multitask="interrupt" if body.multitask_strategy in ("interrupt", "rollback") else "enqueue",
+            **({"recursion_limit": body.config["recursion_limit"]} if "recursion_limit" in body.config else {}),
+        )
+        source = target.outputs(body.input, body.command, config)  # cold: nothing runs until it is iterated
+        queue = self._by_thread.setdefault(thread_id, [])
+        strategy = body.multitask_strategy
+        if strategy == "reject" and queue:
+            raise ThreadBusyError(
+                f"thread {thread_id!r} is busy with run {queue[-1].run_id!r} (multitask_strategy='reject')",
+                thread_id=thread_id,
+                run_id=queue[-1].run_id,
+            )
+        record = RunRecord(
+            run_id=str(uuid.uuid4()),
+            thread_id=thread_id,
+            assistant_id=target.name,
+            owner=owner,
+            status="pending",
+            kwargs=body.model_dump(mode="json", exclude_defaults=True),
+            metadata=body.metadata,
+            multitask_strategy=strategy,
+        )
+        before = list(queue)
+        run = ActiveRun(record, EventLog(), temporary)
+        queue.append(run)
+        self._runs[run.run_id] = run
+        if strategy in ("interrupt", "rollback"):
+            for earlier in before:
+                self.cancel(earlier, "rollback" if strategy == "rollback" else "interrupt")
+        await run_in_threadpool(self._registry.put_run, record)
+        run.task = asyncio.create_task(self._execute(run, source, body, before))
+        return run
+
+    def cancel(self, run: ActiveRun, action: Literal["interrupt", "rollback"] = "interrupt") -> None:
+        """Cancel a run (it is rewound); ``rollback`` also deletes its record once it has ended."""
+        if run.ended.is_set() or run.task is None:
+            return
+        run.cancel_action = action
+        run.task.cancel()
+
+    async def wait(self, run: ActiveRun) -> None:
+        """Return once the run has ended and its rewind (if cancelled) has landed; a cancel of the caller does not
+        cut this wait short."""
+        with anyio.CancelScope(shield=True):
+            await run.ended.wait()
+
+    async def close(self) -> None:
+        """Cancel every run still going, and wait for their rewinds."""
+        running = list(self._runs.values())
+        for run in running:
+            self.cancel(run)
+        for run in running:
+            await self.wait(run)
+
+    async def _execute(
+        self, run: ActiveRun, source: AsyncIterator[RunOutput], body: RunCreate, before: list[ActiveRun]
+    ) -> None:
+        status: RunStatus = "error"
+        encoder = RunEncoder(body.modes, subgraphs=body.stream_subgraphs, run_id=run.run_id, thread_id=run.thread_id)
+        run.log.append("metadata", _text({"run_id": run.run_id, "attempt": 1}))
+        try:
+            for earlier in before:
+                await earlier.ended.wait()
+            status = await self._run(run, source, encoder)
+        except asyncio.CancelledError:
+            status = "interrupted"
+        except Exception as error:  # a bad request found only when the run starts
+            run.error = _error(error)
+            run.log.append("error", _text(run.error))
+        finally:
+            await self._ended_as(run, status)
+
+    async def _run(self, run: ActiveRun, source: AsyncIterator[RunOutput], encoder: RunEncoder) -> RunStatus:
+        run.record = replace(run.record, status="running", updated_at=now())
+        await run_in_threadpool(self._registry.put_run, run.record)
+        outputs = RunOutputs(source)
+        try:
+            while True:
+                item = await outputs.next()
+                if item is None:
+                    break
+                if isinstance(item, Exception):
+                    for event, data in encoder.finish():
+                        run.log.append(event, data)
+                    run.values = encoder.last_values
+                    run.error = _error(item)
+                    run.log.append("error", _text(run.error))
+                    return "error"
+                for event, data in encoder.take(item):
+                    run.log.append(event, data)
+            for event, data in encoder.finish():
+                run.log.append(event, data)
+            run.values = encoder.last_values
+            return "success"
+        finally:
+            await outputs.close()  # a cancel lands here: the run is torn down and rewound before it counts as ended
+
+    async def _ended_as(self, run: ActiveRun, status: RunStatus) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                if run.cancel_action == "rollback" or run.temporary:
+                    await run_in_threadpool(self._registry.delete_run, run.run_id)
+                else:
+                    await run_in_threadpool(self._registry.set_status, run.run_id, status)
+                if run.temporary:
+                    await run_in_threadpool(self._delete_thread, run.thread_id)
+            except Exception:
+                log.exception("rxgraph.serve: recording the end of run %s failed", run.run_id)
+            run.record = replace(run.record, status=status, updated_at=now())
+            log.info(
+                "run %s on thread %s ended: %s%s",
+                run.run_id,
+                run.thread_id,
+                status,
+                " (cancelled and rewound)" if status == "interrupted" else "",
+            )
+            queue = self._by_thread.get(run.thread_id, [])
+            if run in queue:
+                queue.remove(run)
+            if not queue:
+                self._by_thread.pop(run.thread_id, None)
+            self._runs.pop(run.run_id, None)
+            self._ended[run.run_id] = run
+            while len(self._ended) > _KEPT_LOGS:
+                self._ended.popitem(last=False)
+            run.log.end()
+            run.ended.set()
+
+
+def _configurable(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config.configurable`` without the keys that name the thread or the checkpoint (the request says those)."""
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        return {}
+    return {
+        str(k): v
+        for k, v in configurable.items()
+        if k not in ("thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map")
+    }
+
+
+def _error(error: BaseException) -> dict[str, Any]:
+    """An error as LangGraph's stream shows one: ``error`` (its type) and ``message``."""
+    return {"error": type(error).__name__, "message": str(error)}

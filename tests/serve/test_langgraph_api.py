@@ -1,0 +1,218 @@
+"""LangGraph's server API, driven by its official Python client (``langgraph-sdk``, unmodified) against a real
+uvicorn: assistants, threads, runs, stream modes, multitask strategies, and the errors the reference server gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
+from langgraph_sdk import get_sync_client
+from langgraph_sdk.client import SyncLangGraphClient
+from serve._serving import RewindWatch, Server
+from serve.test_app import Tool, weather_agent
+from starlette.types import ASGIApp
+
+from rxgraph import END, START, KeyStrategy, MemorySaver, StateGraph
+from rxgraph.agent import ReactAgent
+from rxgraph.messages import check_request
+from rxgraph.serve import create_app
+
+ASK = {"messages": [{"type": "human", "content": "Weather in Paris?"}]}
+
+
+@contextmanager
+def _http_error(status: int) -> Iterator[None]:
+    """The block fails with the HTTP status ``status`` (the client raises ``httpx.HTTPStatusError``)."""
+    with pytest.raises(httpx.HTTPStatusError) as failed:
+        yield
+    assert failed.value.response.status_code == status, failed.value.response.text
+
+
+@pytest.fixture
+def saver() -> RewindWatch:
+    return RewindWatch(MemorySaver())
+
+
+_clients: list[SyncLangGraphClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
+def _client(server: Server) -> SyncLangGraphClient:
+    _clients.append(get_sync_client(url=server.url))
+    return _clients[-1]
+
+
+def _agent_server(
+    saver: RewindWatch, serve: Callable[[ASGIApp], Server], tool: Tool | None = None, answers: Any = ()
+) -> tuple[SyncLangGraphClient, ReactAgent, Any]:
+    agent, model = weather_agent(saver, tool or Tool(), answers)
+    return _client(serve(create_app(agent))), agent, model
+
+
+def test_the_served_agent_is_one_assistant_with_its_graph_and_schemas(
+    saver: RewindWatch, serve: Callable[[ASGIApp], Server]
+) -> None:
+    client, _, _ = _agent_server(saver, serve)
+
+    [assistant] = client.assistants.search()
+    assert assistant["assistant_id"] == assistant["graph_id"] == "agent"
+    assert client.assistants.get("agent")["graph_id"] == "agent"
+    graph = client.assistants.get_graph("agent")
+    assert {n["id"] for n in graph["nodes"]} == {"__start__", "model", "tools", "__end__"}
+    assert {"source": "__start__", "target": "model", "conditional": False} in graph["edges"]
+    schemas = client.assistants.get_schemas("agent")
+    assert schemas["graph_id"] == "agent" and "messages" in schemas["state_schema"]["properties"]
+    assert client.assistants.search(graph_id="other") == []
+    with _http_error(404):
+        client.assistants.get("other")
+
+
+def test_a_streamed_turn_sends_values_updates_and_message_chunks_as_langchain_messages(
+    saver: RewindWatch, serve: Callable[[ASGIApp], Server]
+) -> None:
+    client, _, _ = _agent_server(saver, serve)
+    thread = client.threads.create(metadata={"user": "ann"})
+
+    parts = list(
+        client.runs.stream(thread["thread_id"], "agent", input=ASK, stream_mode=["values", "updates", "messages-tuple"])
+    )
+
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "values"
+    assert events.count("values") == 3 and events.count("updates") == 3  # model, tools, model
+    final = convert_to_messages(parts[-1].data["messages"])
+    assert [type(m) for m in final] == [HumanMessage, AIMessage, ToolMessage, AIMessage]
+    assert final[1].tool_calls == [{"name": "get_weather", "args": {"city": "Paris"}, "id": "c1", "type": "tool_call"}]
+    assert final[2].tool_call_id == "c1" and final[2].content == "Sunny in Paris"
+    assert final[3].content == "Sunny today."
+    chunks = [p.data for p in parts if p.event == "messages"]
+    text = "".join(
+        c["content"] for c, meta in chunks if c["type"] == "AIMessageChunk" and meta["langgraph_node"] == "model"
+    )
+    assert text == "Sunny today."
+    # An update's messages have the ids they have in the values: a client merges them by id.
+    last_update = [p.data for p in parts if p.event == "updates"][-1]
+    assert last_update["model"]["messages"]["id"] == parts[-1].data["messages"][-1]["id"]
+
+    state = client.threads.get_state(thread["thread_id"])
+    assert state["values"] == parts[-1].data and state["next"] == []
+    assert state["checkpoint"]["checkpoint_id"] == saver.get(thread["thread_id"]).id  # type: ignore[union-attr]
+    assert client.threads.get(thread["thread_id"])["status"] == "idle"
+    [run] = client.runs.list(thread["thread_id"])
+    assert run["status"] == "success" and run["assistant_id"] == "agent"
+
+
+def test_threads_are_created_found_by_metadata_updated_and_deleted(
+    saver: RewindWatch, serve: Callable[[ASGIApp], Server]
+) -> None:
+    client, _, _ = _agent_server(saver, serve, answers=[[]])
+    first = client.threads.create(thread_id="t-1", metadata={"user": "ann"})
+    client.threads.create(thread_id="t-2", metadata={"user": "bob"})
+    with _http_error(409):
+        client.threads.create(thread_id="t-1")
+    assert client.threads.create(thread_id="t-1", if_exists="do_nothing")["thread_id"] == "t-1"
+
+    assert [t["thread_id"] for t in client.threads.search(metadata={"user": "ann"})] == ["t-1"]
+    assert len(client.threads.search(limit=1)) == 1
+    assert [t["thread_id"] for t in client.threads.search(offset=1)] == ["t-1"]  # newest first
+    client.runs.wait("t-1", "agent", input=ASK)
+    assert [t["thread_id"] for t in client.threads.search(status="idle", metadata={"user": "ann"})] == ["t-1"]
+
+    changed = client.threads.update("t-1", metadata={"plan": "pro"})
+    assert changed["metadata"] == {"user": "ann", "plan": "pro", "graph_id": "agent"}
+    assert changed["created_at"] == first["created_at"]
+
+    client.threads.delete("t-1")
+    with _http_error(404):
+        client.threads.get("t-1")
+    assert saver.get("t-1") is None
+    with _http_error(404):
+        client.threads.get_state("unknown")
+
+
+def test_wait_returns_the_final_values_and_history_lists_the_checkpoints(
+    saver: RewindWatch, serve: Callable[[ASGIApp], Server]
+) -> None:
+    client, _, model = _agent_server(saver, serve)
+    thread = client.threads.create()
+
+    result = client.runs.wait(thread["thread_id"], "agent", input=ASK)
+
+    assert isinstance(result, dict)
+    assert [m["type"] for m in result["messages"]] == ["human", "ai", "tool", "ai"]
+    check_request(model.requests[-1].messages)
+    history = client.threads.get_history(thread["thread_id"], limit=10)
+    assert [h["metadata"]["source"] for h in history] == ["loop", "loop", "loop", "input"]
+    assert history[0]["values"] == result
+    older = client.threads.get_history(thread["thread_id"], limit=2, before=history[1]["checkpoint"])
+    assert [h["checkpoint"]["checkpoint_id"] for h in older] == [h["checkpoint"]["checkpoint_id"] for h in history[2:4]]
+    at = client.threads.get_state(thread["thread_id"], checkpoint_id=history[2]["checkpoint"]["checkpoint_id"])
+    assert at["values"] == history[2]["values"]
+    assert at["parent_checkpoint"]["checkpoint_id"] == history[3]["checkpoint"]["checkpoint_id"]
+
+
+def test_a_background_run_is_joined_and_read_back(saver: RewindWatch, serve: Callable[[ASGIApp], Server]) -> None:
+    tool = Tool(held=True)
+    client, _, _ = _agent_server(saver, serve, tool)
+    thread = client.threads.create()
+
+    run = client.runs.create(thread["thread_id"], "agent", input=ASK)
+    assert run["status"] in ("pending", "running")
+    assert tool.started.wait(10)
+    assert client.threads.get(thread["thread_id"])["status"] == "busy"
+    assert client.runs.get(thread["thread_id"], run["run_id"])["status"] == "running"
+    tool.released.set()
+
+    joined = client.runs.join(thread["thread_id"], run["run_id"])
+    assert [m["type"] for m in joined["messages"]] == ["human", "ai", "tool", "ai"]
+    assert client.runs.get(thread["thread_id"], run["run_id"])["status"] == "success"
+    # Its stream, joined after the end with Last-Event-ID -1, is every event from the start.
+    replay = list(client.runs.join_stream(thread["thread_id"], run["run_id"], last_event_id="-1"))
+    assert replay[0].event == "metadata" and replay[-1].data == joined
+    with _http_error(404):
+        client.runs.get(thread["thread_id"], "no-such-run")
+
+
+def _counter() -> Any:
+    def add(state: dict[str, Any]) -> dict[str, Any]:
+        return {"count": state.get("count", 0) + 1}
+
+    builder = StateGraph({"count": KeyStrategy.REPLACE})
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder
+
+
+def test_a_stateless_run_and_a_graph_target_with_update_state(serve: Callable[[ASGIApp], Server]) -> None:
+    graph = _counter().compile(checkpointer=MemorySaver())
+    client = _client(serve(create_app({"counter": graph})))
+
+    assert client.runs.wait(None, "counter", input={"count": 1}) == {"count": 2}
+    assert client.threads.search() == []  # its thread is gone with it
+
+    thread = client.threads.create()
+    client.runs.wait(thread["thread_id"], "counter", input={"count": 5})
+    written = client.threads.update_state(thread["thread_id"], {"count": 40}, as_node="add")
+    assert (
+        written["checkpoint"]["checkpoint_id"]
+        == client.threads.get_state(thread["thread_id"])["checkpoint"]["checkpoint_id"]
+    )
+    assert client.threads.get_state(thread["thread_id"])["values"] == {"count": 40}
+    with _http_error(422):
+        client.runs.wait(thread["thread_id"], "counter", input=[1, 2])
+    with _http_error(404):
+        client.runs.wait(thread["thread_id"], "nobody", input={"count": 1})
+    with _http_error(404):
+        client.runs.wait("no-thread", "counter", input={"count": 1})
+    assert client.runs.wait("new-thread", "counter", input={"count": 1}, if_not_exists="create") == {"count": 2}
