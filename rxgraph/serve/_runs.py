@@ -22,9 +22,10 @@ from typing import Any, Literal
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from .._json import to_json
 from .._log import log
 from ..agent._model import ChatChunk
-from ..errors import ThreadBusyError
+from ..errors import ModelAPIError, ThreadBusyError
 from ..graph._config import RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
 from ..messages._langchain import to_langchain
@@ -383,5 +384,10 @@ def _configurable(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _error(error: BaseException) -> dict[str, Any]:
-    """An error as LangGraph's stream shows one: ``error`` (its type) and ``message``."""
-    return {"error": type(error).__name__, "message": str(error)}
+    """An error as LangGraph's stream shows one: ``error`` (its type) and ``message``; a ``ModelAPIError`` adds the
+    API's ``status_code`` and ``body``."""
+    document: dict[str, Any] = {"error": type(error).__name__, "message": str(error)}
+    if isinstance(error, ModelAPIError):
+        document["status_code"] = error.status_code
+        document["body"] = to_json(error.body)
+    return document

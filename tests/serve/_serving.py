@@ -140,11 +140,24 @@ def events(response: httpx.Response) -> Iterator[tuple[str, Any]]:
             data.append(line.removeprefix("data:").removeprefix(" "))
 
 
+def run_body(body: Any) -> dict[str, Any]:
+    """A run's request body: ``body`` (an agent's messages as ``{"messages": ...}``, state, ``command``...) with the
+    defaults these tests use: the assistant ``agent``, the thread created by its first run, and every stream mode
+    (``values``, ``updates``, ``messages-tuple``, ``custom``)."""
+    return {
+        "assistant_id": "agent",
+        "if_not_exists": "create",
+        "stream_mode": ["values", "updates", "messages-tuple", "custom"],
+        **body,
+    }
+
+
 def post_turn(url: str, thread: str, body: Any) -> list[tuple[str, Any]]:
-    """One turn from start to end, on a connection of its own: every event the server sent."""
+    """One run from start to end (``POST /threads/{thread}/runs/stream``, ``run_body(body)``), on a connection of
+    its own: every event the server sent, the ``metadata`` event first."""
     with (
         httpx.Client(base_url=url, timeout=WAIT) as client,
-        client.stream("POST", f"/threads/{thread}/runs/stream", json=body) as response,
+        client.stream("POST", f"/threads/{thread}/runs/stream", json=run_body(body)) as response,
     ):
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -152,25 +165,25 @@ def post_turn(url: str, thread: str, body: Any) -> list[tuple[str, Any]]:
 
 
 def leave_when(url: str, thread: str, body: Any, reached: Callable[[str, Any], bool]) -> None:
-    """Start a turn and read its events until ``reached(event, data)``; then close the connection, as a browser tab
+    """Start a run and read its events until ``reached(event, data)``; then close the connection, as a browser tab
     closing does."""
     with (
         httpx.Client(base_url=url, timeout=WAIT) as client,
-        client.stream("POST", f"/threads/{thread}/runs/stream", json=body) as response,
+        client.stream("POST", f"/threads/{thread}/runs/stream", json=run_body(body)) as response,
     ):
         for name, data in events(response):
-            assert name not in ("end", "error"), (name, data)
+            assert name != "error", (name, data)
             if reached(name, data):
                 return
-    raise AssertionError("the turn ended before the point to leave it")
+    raise AssertionError("the run ended before the point to leave it")
 
 
 def hang_up_after(url: str, thread: str, body: Any, ready: Callable[[], None]) -> None:
-    """Send a turn's request, wait for ``ready()`` and hang up: for a turn that has sent nothing yet, not even its
+    """Send a run's request, wait for ``ready()`` and hang up: for a run that has sent nothing yet, not even its
     response's headers, which an HTTP client would wait for."""
     address = urlsplit(url)
     assert address.hostname is not None and address.port is not None
-    content = json.dumps(body).encode()
+    content = json.dumps(run_body(body)).encode()
     with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
         connection.sendall(
             f"POST /threads/{thread}/runs/stream HTTP/1.1\r\nHost: {address.netloc}\r\n".encode()
