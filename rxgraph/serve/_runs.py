@@ -364,7 +364,8 @@ class RunManager:
             if not queue:
                 self._by_thread.pop(run.thread_id, None)
             self._runs.pop(run.run_id, None)
-            self._ended[run.run_id] = run
+            if run.cancel_action != "rollback":  # a rolled back run is gone, as its record is
+                self._ended[run.run_id] = run
             while len(self._ended) > _KEPT_LOGS:
                 self._ended.popitem(last=False)
             run.log.end()
