@@ -117,39 +117,99 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        help="serve a graph or an agent over HTTP, with a chat page for agents (needs the serve extra)",
+        help="serve graphs and agents with LangGraph's server API, and a chat page (needs the serve extra)",
         description=(
-            "Serve MODULE:ATTR with uvicorn until Ctrl+C: runs stream as server-sent events (POST "
-            "/threads/ID/runs/stream), a client that disconnects cancels its run, which is rewound, and GET "
-            "/threads/ID/state and /threads/ID/history read a thread; for an agent, / is a chat page. ATTR is a "
-            "CompiledGraph or a ReactAgent, or a function that takes a checkpointer and returns one: it is given a "
-            "SqliteSaver on --db (a PostgresSaver for a postgresql:// URL), or else a MemorySaver."
+            "Serve each [NAME=]MODULE:ATTR as an assistant of LangGraph's server API (its official clients work "
+            "against it), with uvicorn until Ctrl+C; a bare MODULE:ATTR is the assistant 'agent'. A run whose client "
+            "disconnects from its stream is cancelled and rewound. ATTR is a CompiledGraph or a ReactAgent, or a "
+            "function that takes a checkpointer and returns one: each is given the same SqliteSaver on --db (a "
+            "PostgresSaver for a postgresql:// URL), or else a MemorySaver. For the first target, if it is an "
+            "agent, / is a chat page. Every option can also be set by an environment variable, named in its help."
         ),
         epilog="Try it: rxgraph serve rxgraph.examples.chat:make, then open http://127.0.0.1:8000/",
     )
     serve.add_argument(
         "target",
-        metavar="MODULE:ATTR",
-        help="what to serve, e.g. rxgraph.examples.chat:make (MODULE is imported from the current directory too)",
+        metavar="[NAME=]MODULE:ATTR",
+        nargs="*",
+        default=_env_list("RXGRAPH_TARGETS", " "),
+        help="what to serve, e.g. rxgraph.examples.chat:make or approval=pkg.flow:make (MODULE is imported from the "
+        "current directory too) [RXGRAPH_TARGETS, space-separated]",
     )
     serve.add_argument(
         "--db",
         metavar="FILE|URL",
+        default=os.environ.get("RXGRAPH_DB"),
         help="keep the threads in this SQLite file or PostgreSQL database (postgresql://...; several servers may "
-        "share it) (default: in memory)",
+        "share it) (default: in memory) [RXGRAPH_DB]",
     )
-    serve.add_argument("--schema", default="rxgraph", help=_SCHEMA_HELP)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(
-        "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: %(default)s)"
+        "--schema", default=os.environ.get("RXGRAPH_SCHEMA", "rxgraph"), help=_SCHEMA_HELP + " [RXGRAPH_SCHEMA]"
+    )
+    serve.add_argument(
+        "--host",
+        default=os.environ.get("RXGRAPH_HOST", "127.0.0.1"),
+        help="address to listen on (default: %(default)s); another than this machine's needs --auth or --no-auth "
+        "[RXGRAPH_HOST]",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("RXGRAPH_PORT", "8000")),
+        help="port to listen on; 0 picks a free one (default: %(default)s) [RXGRAPH_PORT]",
     )
     serve.add_argument(
         "--allowed-host",
         action="append",
         metavar="HOST",
+        default=_env_list("RXGRAPH_ALLOWED_HOSTS", ","),
         help="a host name clients reach the server by; repeat for several, '*.example.com' for subdomains, '*' for "
         "any (default: 127.0.0.1, localhost, ::1, and --host unless it is 0.0.0.0 or ::); a request for any other "
-        "Host is refused with 400",
+        "Host is refused with 400 [RXGRAPH_ALLOWED_HOSTS, comma-separated]",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        default=_env_list("RXGRAPH_ALLOWED_ORIGINS", ","),
+        help="an origin (https://app.example.com) whose pages may call the API, with CORS headers; repeat for "
+        "several. A browser's request from any other site is refused with 403 [RXGRAPH_ALLOWED_ORIGINS]",
+    )
+    serve.add_argument(
+        "--auth",
+        metavar="MODULE:ATTR",
+        default=os.environ.get("RXGRAPH_AUTH"),
+        help="a function of the request's headers that returns the caller's identity, or None for 401; each thread "
+        "is then its creator's alone [RXGRAPH_AUTH]",
+    )
+    serve.add_argument(
+        "--no-auth",
+        action="store_true",
+        default=_env_flag("RXGRAPH_NO_AUTH"),
+        help="listen on another address than this machine's without --auth: anyone who reaches the server reads "
+        "and writes every thread [RXGRAPH_NO_AUTH=1]",
+    )
+    serve.add_argument(
+        "--max-body",
+        type=int,
+        metavar="BYTES",
+        default=int(os.environ.get("RXGRAPH_MAX_BODY", str(10 * 1024 * 1024))),
+        help="the largest request body; a larger one is refused with 413 (default: %(default)s) [RXGRAPH_MAX_BODY]",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default=os.environ.get("RXGRAPH_LOG_LEVEL", "info"),
+        help="the server's and rxgraph's logging: info logs one line per run's end (default: %(default)s) "
+        "[RXGRAPH_LOG_LEVEL]",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=int(os.environ.get("RXGRAPH_WORKERS", "1")),
+        help="serve from N processes; more than one needs a PostgreSQL --db, through which they share threads, "
+        "runs and streams (default: %(default)s) [RXGRAPH_WORKERS]",
     )
     serve.set_defaults(handler=_serve)
 
@@ -182,36 +242,187 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _env_list(name: str, separator: str) -> list[str] | None:
+    value = os.environ.get(name, "").strip()
+    return [item.strip() for item in value.split(separator) if item.strip()] or None
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        from .serve import create_app, run_server
+        from .serve import run_server
         from .serve._guard import LOOPBACK_HOSTS
     except ImportError as missing:
         raise CliError(
             f"serving needs the serve extra ({missing.name or missing} is not installed): pip install 'rxgraph[serve]'"
         ) from missing
-    target, saver = _load_target(args.target, args.db, args.schema)
-    hosts = args.allowed_host or [
+    if not args.target:
+        raise CliError("name what to serve: rxgraph serve MODULE:ATTR (or set RXGRAPH_TARGETS)")
+    if args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1 and (args.db is None or not _is_postgres(args.db)):
+        raise CliError(
+            "--workers above 1 needs a PostgreSQL --db (postgresql://...): the processes share threads, runs and "
+            "streams through it"
+        )
+    if args.max_body < 1:
+        raise CliError(f"--max-body must be >= 1 byte, got {args.max_body}")
+    loopback = args.host in LOOPBACK_HOSTS
+    if args.auth is None and not loopback and not args.no_auth:
+        raise CliError(
+            f"--host {args.host} without --auth would let anyone who reaches it read and write every thread: give "
+            "--auth MODULE:ATTR, or --no-auth to serve so anyway"
+        )
+    args.allowed_host = args.allowed_host or [
         *LOOPBACK_HOSTS,
         *([args.host] if args.host not in ("0.0.0.0", "::", *LOOPBACK_HOSTS) else []),
     ]
+    _log_to_stderr(args.log_level)
+    if args.workers > 1:
+        _say_serving(args, None, out)
+        os.environ.update(_settings_environment(args))
+        import uvicorn
+
+        uvicorn.run(
+            "rxgraph.cli:_worker_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=5,
+        )
+        return 0
+    app, saver = _serve_app(args)
     try:
-        app = create_app(target, allowed_hosts=hosts)
-        where = f"in {_name(saver, args.db)}" if saver is not None else "in memory"
-        address = f"http://{args.host}:{args.port}/" if args.port else "the address uvicorn shows"
-        print(f"rxgraph serve: {args.target} ({type(target).__name__}), threads {where}; open {address}", file=out)
-        print(f"rxgraph serve: answers for host names {', '.join(hosts)} (--allowed-host to change)", file=out)
-        out.flush()
-        run_server(app, host=args.host, port=args.port)
+        _say_serving(args, saver, out)
+        run_server(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         if saver is not None:
             saver.close()
     return 0
 
 
-def _load_target(spec: str, db: str | None, schema: str) -> tuple[Any, Any]:
-    """The graph or agent ``MODULE:ATTR`` names, and the saver opened for it on ``db`` (to close once the server has
-    stopped; None when there is none)."""
+def _say_serving(args: argparse.Namespace, saver: Any, out: TextIO) -> None:
+    where = (
+        f"in {_name(saver, args.db)}" if saver is not None else ("in memory" if args.db is None else f"in {args.db}")
+    )
+    address = f"http://{args.host}:{args.port}/" if args.port else "the address uvicorn shows"
+    served = ", ".join(args.target)
+    workers = f", {args.workers} processes" if args.workers > 1 else ""
+    print(f"rxgraph serve: {served}, threads {where}{workers}; open {address}", file=out)
+    print(f"rxgraph serve: answers for host names {', '.join(args.allowed_host)} (--allowed-host to change)", file=out)
+    if args.auth is None:
+        print(
+            "rxgraph serve: no authentication (--auth to add it): whoever reaches this server reads and writes "
+            "every thread",
+            file=out,
+        )
+    out.flush()
+
+
+def _serve_app(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The app ``args`` describe, and the saver opened for it (None when there is none)."""
+    from .serve import create_app
+
+    auth = _import_target(args.auth) if args.auth is not None else None
+    if auth is not None and not callable(auth):
+        raise CliError(f"--auth {args.auth} is a {type(auth).__name__}: expected a function of the headers")
+    targets, saver = _load_targets(args.target, args.db, args.schema)
+    try:
+        app = create_app(
+            targets,
+            auth=auth,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin or (),
+            max_body=args.max_body,
+        )
+    except BaseException:
+        if saver is not None:
+            saver.close()
+        raise
+    return app, saver
+
+
+_SETTINGS = {
+    "target": ("RXGRAPH_TARGETS", " "),
+    "db": ("RXGRAPH_DB", None),
+    "schema": ("RXGRAPH_SCHEMA", None),
+    "allowed_host": ("RXGRAPH_ALLOWED_HOSTS", ","),
+    "allowed_origin": ("RXGRAPH_ALLOWED_ORIGINS", ","),
+    "auth": ("RXGRAPH_AUTH", None),
+    "max_body": ("RXGRAPH_MAX_BODY", None),
+    "log_level": ("RXGRAPH_LOG_LEVEL", None),
+}
+"""The settings a worker process reads from its environment: each option's variable, and how a list is joined."""
+
+
+def _settings_environment(args: argparse.Namespace) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for option, (name, separator) in _SETTINGS.items():
+        value = getattr(args, option)
+        if value is None:
+            continue
+        settings[name] = separator.join(value) if separator is not None else str(value)
+    return settings
+
+
+def _worker_app() -> Any:
+    """The app of one of ``rxgraph serve --workers N``'s processes, built from the settings its parent put in the
+    environment; its saver is closed when the process exits."""
+    import atexit
+
+    args = _parser().parse_args(["serve"])
+    _log_to_stderr(args.log_level)
+    app, saver = _serve_app(args)
+    if saver is not None:
+        atexit.register(saver.close)
+    return app
+
+
+def _log_to_stderr(level: str) -> None:
+    """rxgraph's log records at ``level`` and above on stderr (a run's end is one INFO line)."""
+    import logging
+
+    logger = logging.getLogger("rxgraph")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "_rxgraph_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        handler._rxgraph_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
+def _load_targets(specs: Sequence[str], db: str | None, schema: str) -> tuple[dict[str, Any], Any]:
+    """The served targets by name (``NAME=MODULE:ATTR``, a bare ``MODULE:ATTR`` being ``agent``), and the one saver
+    opened for them on ``db`` (None when there is none)."""
+    named: dict[str, str] = {}
+    for spec in specs:
+        name, equals, where = spec.partition("=")
+        name, where = (name, where) if equals else ("agent", spec)
+        if name in named:
+            raise CliError(f"two targets are named {name!r}: give each NAME=MODULE:ATTR a name of its own")
+        named[name] = where
+    saver = _open(db, schema, create=True) if db is not None else None
+    targets: dict[str, Any] = {}
+    try:
+        shared = saver
+        for name, where in named.items():
+            target, shared = _load_target(where, shared, db)
+            targets[name] = target
+    except BaseException:
+        if saver is not None:
+            saver.close()
+        raise
+    return targets, saver
+
+
+def _load_target(spec: str, saver: Any, db: str | None) -> tuple[Any, Any]:
+    """The graph or agent ``MODULE:ATTR`` names, built on ``saver`` when it is a function (a ``MemorySaver`` when
+    ``saver`` is None, which the next target shares); and the saver the next target is to share."""
     from .agent import ReactAgent
     from .checkpoint import MemorySaver
     from .graph import CompiledGraph
@@ -224,21 +435,17 @@ def _load_target(spec: str, db: str | None, schema: str) -> tuple[Any, Any]:
                 f"--db needs a function that takes a checkpointer: {spec} is a {type(found).__name__} already, "
                 "with the checkpointer it was built with"
             )
-        return found, None
+        graph = found.graph if isinstance(found, ReactAgent) else found
+        return found, saver if saver is not None else graph.checkpointer
     if not callable(found):
         raise CliError(f"{spec} is a {type(found).__name__}: expected a CompiledGraph, a ReactAgent or a function")
-    saver = _open(db, schema, create=True) if db is not None else None
-    try:
-        made = found(saver if saver is not None else MemorySaver())
-        if not isinstance(made, servable):
-            raise CliError(
-                f"{spec}(checkpointer) returned a {type(made).__name__}: expected a CompiledGraph or a ReactAgent"
-            )
-    except BaseException:
-        if saver is not None:
-            saver.close()
-        raise
-    return made, saver
+    shared = saver if saver is not None else MemorySaver()
+    made = found(shared)
+    if not isinstance(made, servable):
+        raise CliError(
+            f"{spec}(checkpointer) returned a {type(made).__name__}: expected a CompiledGraph or a ReactAgent"
+        )
+    return made, shared
 
 
 def _import_target(spec: str) -> Any:

@@ -102,7 +102,7 @@ def create_app(
     service = Service(
         targets=targets,
         registry=registry,
-        runs=RunManager(registry, lambda thread_id: _forget(service, thread_id)),
+        runs=RunManager(registry, first.graph.checkpointer, lambda thread_id: _forget(service, thread_id)),
         auth=auth,
         max_body=max_body,
         allowed_origins=frozenset(allowed_origins),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -25,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from .._json import to_json
 from .._log import log
 from ..agent._model import ChatChunk
+from ..checkpoint._base import CheckpointSaver
 from ..errors import ModelAPIError, ThreadBusyError
 from ..graph._config import RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
@@ -207,11 +209,13 @@ class RunManager:
 
     Args:
         registry: where run records are kept (their status is written as it changes).
+        saver: the threads' checkpointer (a run's end is logged with where its thread now stands).
         delete_thread: removes a temporary thread (a stateless run's) once its run has ended.
     """
 
-    def __init__(self, registry: Registry, delete_thread: Callable[[str], Any]) -> None:
+    def __init__(self, registry: Registry, saver: CheckpointSaver, delete_thread: Callable[[str], Any]) -> None:
         self._registry = registry
+        self._saver = saver
         self._delete_thread = delete_thread
         self._runs: dict[str, ActiveRun] = {}
         self._by_thread: dict[str, list[ActiveRun]] = {}
@@ -351,13 +355,7 @@ class RunManager:
             except Exception:
                 log.exception("rxgraph.serve: recording the end of run %s failed", run.run_id)
             run.record = replace(run.record, status=status, updated_at=now())
-            log.info(
-                "run %s on thread %s ended: %s%s",
-                run.run_id,
-                run.thread_id,
-                status,
-                " (cancelled and rewound)" if status == "interrupted" else "",
-            )
+            await _log_end(run, status, self._saver)
             queue = self._by_thread.get(run.thread_id, [])
             if run in queue:
                 queue.remove(run)
@@ -370,6 +368,26 @@ class RunManager:
                 self._ended.popitem(last=False)
             run.log.end()
             run.ended.set()
+
+
+async def _log_end(run: ActiveRun, status: RunStatus, saver: CheckpointSaver) -> None:
+    """One INFO line per run's end: its outcome, thread and run; for a run cut short, where its thread now stands
+    (the checkpoint its rewind wrote)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    outcome = {"success": "completed", "error": "failed", "interrupted": "cancelled"}.get(status, status)
+    where = ""
+    if status in ("interrupted", "error") and not run.temporary:
+        try:
+            head = await run_in_threadpool(saver.get, run.thread_id)
+        except Exception as error:  # the log line must not fail the run's end
+            where = f"; its head could not be read ({type(error).__name__})"
+        else:
+            if head is not None:
+                rewound = " rewound to" if head.source == "rewind" else " at"
+                where = f"; the thread is{rewound} checkpoint {head.id} (seq {head.seq})"
+    detail = f" ({run.error['error']}: {run.error['message']})" if status == "error" and run.error else ""
+    log.info("run %s on thread %s %s%s%s", run.run_id, run.thread_id, outcome, detail, where)
 
 
 def _configurable(config: Mapping[str, Any]) -> dict[str, Any]:
