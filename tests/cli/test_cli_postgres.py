@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from _support import run_rxgraph, write_half_and_fine
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from serve._serving import WAIT, events, rxgraph_serve
+from serve._serving import WAIT, events, run_body, rxgraph_serve
 
 from rxgraph.checkpoint import PostgresSaver
 
@@ -71,8 +71,11 @@ def test_rxgraph_serve_keeps_its_threads_in_postgres(
         said,
     ):
         assert f"(schema {postgres_schema})" in said and "hunter2" not in said
-        with httpx.stream("POST", served + "/threads/pg/runs/stream", json={"input": "Hi"}, timeout=WAIT) as answer:
-            assert list(events(answer))[-1][0] == "end"
+        with httpx.stream(
+            "POST", served + "/threads/pg/runs/stream", json=run_body({"input": {"messages": "Hi"}}), timeout=WAIT
+        ) as answer:
+            got = list(events(answer))
+        assert got[0][0] == "metadata" and got[-1][0] == "values"
 
     with PostgresSaver(postgres_server, schema=postgres_schema) as saver:
         head = saver.get("pg")
