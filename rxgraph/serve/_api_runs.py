@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ._api_requests import RunCreate
 from ._registry import ACTIVE, RunRecord, ThreadRecord
+from ._relay import CancelAction
 from ._runs import ActiveRun
 from ._service import Refusal, Service, answer, refuse
 from ._wire import run_json, wire
@@ -120,14 +121,54 @@ class _Runs:
         await self._follow(request, send, run, after=0, modes=None, cancel_on_disconnect=cancel)
 
     async def join_stream(self, request: Request, send: Send) -> None:
-        identity = await self.s.identity(request)
-        await self.s.thread(request.path_params["thread_id"], identity)
-        run = await self._local(request)
+        """Follow a run's stream: from its first event, or after the one ``Last-Event-ID`` names (``-1``: from the
+        first too). A run another process executes is followed through the relay."""
+        record = await self._record(request)
         last = request.headers.get("last-event-id")
-        after = len(run.log.events) if last is None else (0 if last.strip() == "-1" else _event_number(last))
+        after = 0 if last is None or last.strip() == "-1" else _event_number(last)
         modes = [m for m in request.query_params.getlist("stream_mode") if m] or None
         cancel = request.query_params.get("cancel_on_disconnect", "false").lower() in ("true", "1")
-        await self._follow(request, send, run, after=after, modes=modes, cancel_on_disconnect=cancel)
+        run = self.s.runs.get(record.run_id)
+        if run is not None:
+            await self._follow(request, send, run, after=after, modes=modes, cancel_on_disconnect=cancel)
+            return
+        if not self.s.relay.shared:
+            raise refuse(404, f"run {record.run_id!r} is not executing on this server, and its events are gone")
+        base = f"/threads/{record.thread_id}/runs/{record.run_id}"
+        response = EventSourceResponse(
+            _sse(self._remote(record, after), modes),
+            ping=self._ping or None,
+            headers={"Location": f"{base}/stream", "Content-Location": base},
+        )
+        try:
+            await response(request.scope, request.receive, send)
+        finally:
+            if cancel:
+                self.s.relay.request_cancel(record.run_id, "interrupt")
+
+    async def _remote(self, record: RunRecord, after: int) -> AsyncIterator[tuple[int, str, str]]:
+        """The events of a run another process executes, numbered above ``after``, as the relay brings them."""
+        relay = self.s.relay
+        relay.request_follow(record.run_id)
+        number = after
+        while True:
+            changed = relay.changed(record.run_id)
+            events, ended = await run_in_threadpool(relay.read, record.run_id, number)
+            for number, event, data in events:
+                yield number, event, data
+            if ended:
+                return
+            with anyio.move_on_after(_POLL * 4):
+                await changed.wait()
+            if changed.is_set():
+                continue
+            # Quiet: the run may have ended in a process that is gone (its events never close). Its record says.
+            found = await run_in_threadpool(self.s.registry.get_run, record.run_id)
+            if found is None or found.status not in ACTIVE:
+                events, ended = await run_in_threadpool(relay.read, record.run_id, number)
+                for number, event, data in events:
+                    yield number, event, data
+                return
 
     async def _follow(
         self,
@@ -141,7 +182,7 @@ class _Runs:
     ) -> None:
         try:
             response = EventSourceResponse(
-                _events(run, after, modes), ping=self._ping or None, headers=self._where(run)
+                _sse(run.log.follow(after), modes), ping=self._ping or None, headers=self._where(run)
             )
             await response(request.scope, request.receive, send)
         finally:
@@ -193,13 +234,6 @@ class _Runs:
             raise refuse(404, f"run {run_id!r} not found in thread {thread.thread_id!r}")
         return record
 
-    async def _local(self, request: Request) -> ActiveRun:
-        record = await self._record(request)
-        run = self.s.runs.get(record.run_id)
-        if run is None:
-            raise refuse(404, f"run {record.run_id!r} is not executing on this server, and its events are gone")
-        return run
-
     async def get(self, request: Request) -> Response:
         return answer(run_json(await self._record(request)))
 
@@ -236,17 +270,26 @@ class _Runs:
         if action not in ("interrupt", "rollback"):
             raise refuse(422, f"action must be 'interrupt' or 'rollback', got {action!r}")
         wait = request.query_params.get("wait", "false").lower() in ("true", "1")
+        chosen: CancelAction = "rollback" if action == "rollback" else "interrupt"
         run = self.s.runs.get(record.run_id)
-        if run is None:
-            if record.status in ACTIVE:
-                raise refuse(409, f"run {record.run_id!r} executes on another server process")
+        if run is not None:
+            self.s.runs.cancel(run, chosen)
+            if wait:
+                await self.s.runs.wait(run)
+                return Response(status_code=204)
             return Response(status_code=202)
-        chosen: Literal["interrupt", "rollback"] = "rollback" if action == "rollback" else "interrupt"
-        self.s.runs.cancel(run, chosen)
-        if wait:
-            await self.s.runs.wait(run)
+        if record.status not in ACTIVE:
             return Response(status_code=204)
-        return Response(status_code=202)
+        if not self.s.relay.shared:  # a record left by a process that stopped: nothing runs it
+            raise refuse(409, f"run {record.run_id!r} is {record.status}, but no server process executes it")
+        self.s.relay.request_cancel(record.run_id, chosen)
+        if not wait:
+            return Response(status_code=202)
+        while (found := await run_in_threadpool(self.s.registry.get_run, record.run_id)) is not None:
+            if found.status not in ACTIVE:
+                break
+            await asyncio.sleep(_POLL)
+        return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:
         record = await self._record(request)
@@ -263,12 +306,12 @@ def _event_number(text: str) -> int:
         raise refuse(422, f"Last-Event-ID must be an event's number, got {text!r}") from None
 
 
-async def _events(run: ActiveRun, after: int, modes: list[str] | None) -> AsyncIterator[ServerSentEvent]:
-    """The run's events numbered above ``after``, those of ``modes`` only (the run's own when None); ``metadata``
-    and ``error`` always."""
+async def _sse(events: AsyncIterator[tuple[int, str, str]], modes: list[str] | None) -> AsyncIterator[ServerSentEvent]:
+    """A run's events as server-sent events, those of ``modes`` only (all the run's when None); ``metadata`` and
+    ``error`` always."""
     if modes is not None:
         modes = ["messages" if m == "messages-tuple" else m for m in modes]
-    async for number, event, data in run.log.follow(after):
+    async for number, event, data in events:
         if modes is not None and event not in ("metadata", "error") and event.split("|")[0] not in modes:
             continue
         yield ServerSentEvent(data=data, event=event, id=str(number))

@@ -4,6 +4,7 @@ against it unmodified — with rxgraph's guarantee: a run that is cancelled, wha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import resources
@@ -24,6 +25,7 @@ from ._api_runs import run_routes
 from ._api_threads import thread_routes
 from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck
 from ._registry import MemoryRegistry
+from ._relay import LocalRelay, Relay
 from ._runs import RunManager
 from ._service import Auth, Refusal, Service, answer
 from ._targets import targets_of
@@ -99,10 +101,12 @@ def create_app(
     first = next(iter(targets.values()))
     assert first.graph.checkpointer is not None
     registry = MemoryRegistry()  # TEMP
+    relay: Relay = LocalRelay()  # TEMP
     service = Service(
         targets=targets,
         registry=registry,
-        runs=RunManager(registry, first.graph.checkpointer, lambda thread_id: _forget(service, thread_id)),
+        relay=relay,
+        runs=RunManager(registry, first.graph.checkpointer, lambda thread_id: _forget(service, thread_id), relay),
         auth=auth,
         max_body=max_body,
         allowed_origins=frozenset(allowed_origins),
@@ -124,10 +128,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        relay.open(asyncio.get_running_loop(), service.runs)
         try:
             yield
         finally:
             await service.runs.close()  # every run still going is cancelled and rewound before the server stops
+            relay.close()
             registry.close()
 
     middleware = [Middleware(HostCheck, allowed=frozenset(allowed_hosts))]

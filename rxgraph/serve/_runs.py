@@ -16,9 +16,9 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
@@ -27,7 +27,7 @@ from .._json import to_json
 from .._log import log
 from ..agent._model import ChatChunk
 from ..checkpoint._base import CheckpointSaver
-from ..errors import ModelAPIError, ThreadBusyError
+from ..errors import ModelAPIError, RunInterruptedError, ThreadBusyError
 from ..graph._config import RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
 from ..messages._langchain import to_langchain
@@ -35,6 +35,7 @@ from ..messages._types import ToolMessage
 from ._api_requests import RunCreate
 from ._outputs import RunOutputs
 from ._registry import Registry, RunRecord, RunStatus, now
+from ._relay import CancelAction, Relay, RelayHandlers
 from ._targets import Target
 from ._wire import chunk_json, interrupt_json, wire, wire_update
 
@@ -56,14 +57,26 @@ class EventLog:
         self.events: list[tuple[str, str]] = []
         self.ended = False
         self._changed = asyncio.Event()
+        self.tap: Callable[[Sequence[tuple[int, str, str]], bool], None] | None = None
+        """Told every event from now on (and the end), once the run is followed from another process."""
 
     def append(self, event: str, data: str) -> None:
         self.events.append((event, data))
+        if self.tap is not None:
+            self.tap([(len(self.events), event, data)], False)
         self._wake()
 
     def end(self) -> None:
         self.ended = True
+        if self.tap is not None:
+            self.tap((), True)
         self._wake()
+
+    def tap_from_start(self, tap: Callable[[Sequence[tuple[int, str, str]], bool], None]) -> None:
+        """Tell ``tap`` every event so far (and whether the run has ended), then every later one."""
+        if self.tap is None:
+            tap([(i + 1, event, data) for i, (event, data) in enumerate(self.events)], self.ended)
+            self.tap = tap
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -193,7 +206,7 @@ class ActiveRun:
         self.ended = asyncio.Event()
         self.values: Any = None
         self.error: dict[str, Any] | None = None
-        self.cancel_action: Literal["interrupt", "rollback"] | None = None
+        self.cancel_action: CancelAction | None = None
 
     @property
     def run_id(self) -> str:
@@ -204,19 +217,23 @@ class ActiveRun:
         return self.record.thread_id
 
 
-class RunManager:
+class RunManager(RelayHandlers):
     """Starts, follows and cancels this process's runs; see the module docstring.
 
     Args:
         registry: where run records are kept (their status is written as it changes).
         saver: the threads' checkpointer (a run's end is logged with where its thread now stands).
         delete_thread: removes a temporary thread (a stateless run's) once its run has ended.
+        relay: how other server processes follow and cancel this one's runs.
     """
 
-    def __init__(self, registry: Registry, saver: CheckpointSaver, delete_thread: Callable[[str], Any]) -> None:
+    def __init__(
+        self, registry: Registry, saver: CheckpointSaver, delete_thread: Callable[[str], Any], relay: Relay
+    ) -> None:
         self._registry = registry
         self._saver = saver
         self._delete_thread = delete_thread
+        self._relay = relay
         self._runs: dict[str, ActiveRun] = {}
         self._by_thread: dict[str, list[ActiveRun]] = {}
         self._ended: OrderedDict[str, ActiveRun] = OrderedDict()
@@ -224,6 +241,16 @@ class RunManager:
     def get(self, run_id: str) -> ActiveRun | None:
         """A run this process executes, or executed recently."""
         return self._runs.get(run_id) or self._ended.get(run_id)
+
+    def follow_requested(self, run_id: str) -> None:
+        run = self.get(run_id)
+        if run is not None:
+            run.log.tap_from_start(lambda events, ended: self._relay.publish(run_id, events, ended=ended))
+
+    def cancel_requested(self, run_id: str, action: CancelAction) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            self.cancel(run, action)
 
     def busy(self, thread_id: str) -> bool:
         return bool(self._by_thread.get(thread_id))
@@ -276,10 +303,12 @@ class RunManager:
             for earlier in before:
                 self.cancel(earlier, "rollback" if strategy == "rollback" else "interrupt")
         await run_in_threadpool(self._registry.put_run, record)
+        if body.stream_resumable and self._relay.shared:  # its stream is read from any process, from the start
+            self.follow_requested(run.run_id)
         run.task = asyncio.create_task(self._execute(run, source, body, before))
         return run
 
-    def cancel(self, run: ActiveRun, action: Literal["interrupt", "rollback"] = "interrupt") -> None:
+    def cancel(self, run: ActiveRun, action: CancelAction = "interrupt") -> None:
         """Cancel a run (it is rewound); ``rollback`` also deletes its record once it has ended."""
         if run.ended.is_set() or run.task is None:
             return
@@ -333,7 +362,8 @@ class RunManager:
                     run.values = encoder.last_values
                     run.error = _error(item)
                     run.log.append("error", _text(run.error))
-                    return "error"
+                    # Cancelled for a newer run on the thread (in another process: in this one, it is cancelled).
+                    return "interrupted" if isinstance(item, RunInterruptedError) else "error"
                 for event, data in encoder.take(item):
                     run.log.append(event, data)
             for event, data in encoder.finish():

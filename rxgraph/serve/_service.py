@@ -20,6 +20,7 @@ from ..graph._config import RunnableConfig
 from ..graph._outputs import StateSnapshot
 from ._guard import read_body
 from ._registry import ACTIVE, Registry, ThreadRecord
+from ._relay import Relay
 from ._runs import RunManager
 from ._targets import Target
 
@@ -62,6 +63,7 @@ class Service:
 
     targets: dict[str, Target]
     registry: Registry
+    relay: Relay
     runs: RunManager
     auth: Auth | None
     max_body: int
