@@ -158,6 +158,18 @@ class PostgresSaver(IncrementalSaver):
         return self._schema
 
     @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool the saver takes its connections from: the one it opened for a connection string, or
+        the one you gave it. For records of your own kept beside the checkpoints, in the same database (the
+        server keeps its thread and run records this way); its connections are in autocommit mode unless your pool
+        says otherwise. Leave closing it to the saver (its own closes with it).
+
+        Raises:
+            SaverClosedError: the saver was closed.
+        """
+        return self._db.pool
+
+    @property
     def stats(self) -> PostgresSaverStats:
         """This saver's counters since it was opened (still readable once it is closed).
 

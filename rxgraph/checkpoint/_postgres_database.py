@@ -403,6 +403,18 @@ class Database:
         names = {"s": sql.Identifier(self._schema), "row_ids": sql.Literal(f"{self._schema_ident(conn)}.row_ids")}
         self._q = {name: sql.SQL(text).format(**names).as_bytes(conn) for name, text in _STATEMENTS.items()}
 
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The pool connections are taken from: the saver's own, or the one it was given.
+
+        Raises:
+            SaverClosedError: the saver was closed.
+        """
+        pool = self._pool
+        if pool is None:
+            raise SaverClosedError(f"the PostgresSaver on {self.where} is closed; open a new one")
+        return pool
+
     def _schema_ident(self, conn: psycopg.Connection[Any]) -> str:
         return sql.Identifier(self._schema).as_string(conn)
 
