@@ -43,6 +43,10 @@ class RunOutputs:
         error or the end."""
         return await self._queue.get()
 
+    def waiting(self) -> bool:
+        """Whether something the run said waits to be read."""
+        return not self._queue.empty()
+
     async def close(self) -> None:
         """Stop the run if it is still going (it is cancelled, and rewound), and wait until it has been torn down."""
         with anyio.CancelScope(shield=True):

@@ -97,7 +97,8 @@ class EventLog:
 
 class RunEncoder:
     """Turns a run's outputs into the events of LangGraph's stream modes (each ``(event, JSON text)``): ``values``
-    once per superstep (and at a stop for a human, with ``__interrupt__``), ``updates`` per node, ``messages`` for
+    once per superstep, after its ``updates`` (``flush`` sends them when no more outputs wait; at a stop for a human
+    they come again, with ``__interrupt__``), ``updates`` per node, ``messages`` for
     every model chunk and streamed message (``[message, metadata]``: the ``messages-tuple`` mode), ``custom``; inner
     nodes of subgraphs as ``mode|namespace`` events when ``subgraphs``."""
 
@@ -110,6 +111,7 @@ class RunEncoder:
         self._run_id = run_id
         self._thread_id = thread_id
         self._pending: Mapping[str, Any] | None = None
+        self._flushed: Mapping[str, Any] | None = None  # the state whose values went out last
         self.last_values: Any = None
         self._interrupts: list[InterruptOutput] = []
         self._streaming: dict[tuple[str, ...], str] = {}
@@ -150,10 +152,16 @@ class RunEncoder:
                 events.append(("updates", _text({"__interrupt__": pending})))
         return events
 
+    def flush(self) -> list[tuple[str, str]]:
+        """The values of the superstep whose outputs came last (once: a later output of the same superstep adds
+        none)."""
+        return self._flush()
+
     def _flush(self) -> list[tuple[str, str]]:
         state, self._pending = self._pending, None
-        if state is None:
+        if state is None or state is self._flushed:
             return []
+        self._flushed = state
         self.last_values = wire(dict(state))
         return [("values", _text(self.last_values))] if self._values else []
 
@@ -276,7 +284,13 @@ class RunManager(RelayHandlers):
             multitask="interrupt" if body.multitask_strategy in ("interrupt", "rollback") else "enqueue",
             **({"recursion_limit": body.config["recursion_limit"]} if "recursion_limit" in body.config else {}),
         )
-        source = target.outputs(body.input, body.command, config)  # cold: nothing runs until it is iterated
+        source = target.outputs(  # cold: nothing runs until it is iterated
+            body.input,
+            body.command,
+            config,
+            interrupt_before=body.interrupt_before,
+            interrupt_after=body.interrupt_after,
+        )
         queue = self._by_thread.setdefault(thread_id, [])
         strategy = body.multitask_strategy
         if strategy == "reject" and queue:
@@ -366,6 +380,9 @@ class RunManager(RelayHandlers):
                     return "interrupted" if isinstance(item, RunInterruptedError) else "error"
                 for event, data in encoder.take(item):
                     run.log.append(event, data)
+                if not outputs.waiting():  # nothing more of this superstep yet: its values go out now
+                    for event, data in encoder.flush():
+                        run.log.append(event, data)
             for event, data in encoder.finish():
                 run.log.append(event, data)
             run.values = encoder.last_values

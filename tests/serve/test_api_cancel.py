@@ -92,7 +92,13 @@ def test_leaving_the_stream_while_a_tool_runs_rewinds_the_turn(
     before = _before(client)
     url = str(client.http.client.base_url).rstrip("/")
 
-    leave_when(url, "t", {"input": ASK}, lambda name, data: name == "updates" and "model" in data)
+    # The model's step is sent as values while the tool is still held: each superstep's values go out as it lands.
+    leave_when(
+        url,
+        "t",
+        {"input": ASK},
+        lambda name, data: name == "values" and data["messages"][-1].get("tool_calls", [{}])[0].get("id") == "c1",
+    )
 
     _assert_rewound(client, saver, before, model)
     # Newest first: the next turn, the cut one, the first turn.
