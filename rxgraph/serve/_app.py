@@ -24,8 +24,7 @@ from ._api_assistants import assistant_routes
 from ._api_runs import run_routes
 from ._api_threads import thread_routes
 from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck
-from ._registry import MemoryRegistry
-from ._relay import LocalRelay, Relay
+from ._registries import registry_for, relay_for
 from ._runs import RunManager
 from ._service import Auth, Refusal, Service, answer
 from ._targets import targets_of
@@ -100,8 +99,12 @@ def create_app(
         raise InvalidTypeError(f"auth must be a function of the request's headers, got {auth!r}", argument="auth")
     first = next(iter(targets.values()))
     assert first.graph.checkpointer is not None
-    registry = MemoryRegistry()  # TEMP
-    relay: Relay = LocalRelay()  # TEMP
+    registry = registry_for(first.graph.checkpointer)
+    try:
+        relay = relay_for(first.graph.checkpointer)
+    except BaseException:
+        registry.close()
+        raise
     service = Service(
         targets=targets,
         registry=registry,

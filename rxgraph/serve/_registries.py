@@ -1,13 +1,15 @@
-"""``registry_for``: where the server keeps its thread and run records, chosen by the checkpointer it serves, so that
-the records live as long as the threads they describe."""
+"""``registry_for`` and ``relay_for``: where the server keeps its thread and run records, and how it reaches the
+other server processes, chosen by the checkpointer it serves — so that the records live as long as the threads they
+describe, and processes that share the threads share the runs."""
 
 from __future__ import annotations
 
 from ..checkpoint import CheckpointSaver, PostgresSaver, SqliteSaver
 from ._registry import MemoryRegistry, Registry
 from ._registry_sqlite import SqliteRegistry
+from ._relay import LocalRelay, Relay
 
-__all__ = ["registry_for"]
+__all__ = ["registry_for", "relay_for"]
 
 _PRIVATE_SQLITE = ("", ":memory:")
 """SQLite paths of a database no other connection can open: the saver's records could not be beside it."""
@@ -39,6 +41,23 @@ def registry_for(saver: CheckpointSaver) -> Registry:
 
         return PostgresRegistry(saver.pool, schema=saver.schema)
     return MemoryRegistry()
+
+
+def relay_for(saver: CheckpointSaver) -> Relay:
+    """The relay between the server processes that share ``saver``'s storage: a ``PostgresRelay`` on a
+    ``PostgresSaver``'s database (the one storage several servers share), else a ``LocalRelay``. The caller opens
+    and closes it.
+
+    Raises:
+        SaverTimeoutError, psycopg.Error: the events' table could not be checked (PostgreSQL).
+        SaverClosedError: the ``PostgresSaver`` was closed.
+    """
+    saver = _innermost(saver)
+    if isinstance(saver, PostgresSaver):
+        from ._relay_postgres import PostgresRelay
+
+        return PostgresRelay(saver.pool, saver.schema)
+    return LocalRelay()
 
 
 def _innermost(saver: CheckpointSaver) -> CheckpointSaver:
