@@ -63,7 +63,15 @@ from ._run_info import RunInfo, for_call
 from ._slots import slots_for
 from ._spec import GraphSpec
 from ._steps import COMPLETED_WHILE_SUBSCRIBING, SUBSCRIBING, WAITING, LateResult, Step, Superstep, called_on
-from ._transition import Position, after_input, after_resume, after_superstep, check_resumable, plain_update
+from ._transition import (
+    Position,
+    after_command,
+    after_input,
+    after_resume,
+    after_superstep,
+    check_resumable,
+    plain_update,
+)
 from ._writer import ThreadWriter
 
 __all__ = ["Run"]
@@ -223,10 +231,12 @@ class Run:
         resumed = None
         if self.input is None:  # refused before the writer starts: nothing is written or recorded
             command = self.resume
-            resuming = check_resumable(
-                base, has_saver=writer.saver is not None, thread_id=writer.thread_id, command=command
-            )
-            resumed = after_resume(spec, resuming, command.resume if command is not None else None)
+            has_saver = writer.saver is not None
+            if command is not None and (command.update is not None or command.goto):
+                resumed = after_command(spec, base, command, has_saver=has_saver, thread_id=writer.thread_id)
+            else:
+                resuming = check_resumable(base, has_saver=has_saver, thread_id=writer.thread_id, command=command)
+                resumed = after_resume(spec, resuming, command.resume if command is not None else None)
         if choice is not None:
             writer.start(choice)
         if resumed is not None:

@@ -37,6 +37,7 @@ from ._state import as_update
 __all__ = [
     "Position",
     "Resumed",
+    "after_command",
     "after_input",
     "after_resume",
     "after_superstep",
@@ -132,18 +133,17 @@ def check_resumable(
     base: Checkpoint | None, *, has_saver: bool, thread_id: str | None, command: Command[Any] | None
 ) -> Checkpoint:
     """Refuse a run without input that has nothing to resume: no saver or thread, no checkpoint, or a ``Command``
-    for a thread that waits on no interrupt (or one with a node's ``update=`` / ``goto=``). Returns ``base``, the
+    for a thread that waits on no interrupt (or one with a subgraph node's ``graph=``). Returns ``base``, the
     checkpoint it resumes.
 
     Raises:
-        InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt, or with
-            ``update=`` or ``goto=``.
+        InvalidArgumentError: no checkpointer or thread; a ``Command`` but no pending interrupt, or with ``graph=``.
         ThreadNotFoundError: the thread has no checkpoint.
     """
-    if command is not None and (command.update is not None or command.goto or command.graph is not None):
+    if command is not None and command.graph is not None:
         raise InvalidArgumentError(
-            "a Command as a run's input resumes an interrupted thread with resume=; update= and goto= are what a "
-            "node's Command says (to change a thread from outside, use update_state)",
+            "a Command as a run's input resumes an interrupted thread with resume= (and may steer it with update= "
+            "and goto=); graph= is what a subgraph's node says to its parent",
             argument="input",
         )
     if not has_saver:
@@ -347,6 +347,45 @@ def after_resume(spec: GraphSpec, base: Checkpoint, answer: Any = None) -> Resum
         if not at.tasks:  # it stopped after the last node: answered, the run is over, and the thread says so
             return Resumed(at._replace(progress=_NO_PROGRESS), record=(waiting.node, "loop"))
     return Resumed(at)
+
+
+def after_command(
+    spec: GraphSpec, base: Checkpoint | None, command: Command[Any], *, has_saver: bool, thread_id: str | None
+) -> Resumed:
+    r"""A run steered from outside by a ``Command`` with ``update=`` or ``goto=`` (LangGraph's command input):
+    ``update`` is merged into the base's values as input is, then the run goes to ``goto``'s nodes (or ``Send`` tasks);
+    without ``goto``, it takes up the thread's pending superstep (answering its interrupt with ``resume=``, if it
+    waits on one). The position is recorded as the run's input (``(START, "input")``).
+
+    Raises:
+        InvalidArgumentError: no checkpointer or thread; or no ``goto`` and nothing to resume (see
+            ``check_resumable``).
+        ThreadNotFoundError: no ``goto``, and the thread has no checkpoint.
+        InvalidUpdateError: the update does not fit the state's strategies.
+        RouteError: ``goto`` names a node the graph does not have.
+    """
+    if command.graph is not None or not has_saver:
+        check_resumable(base, has_saver=has_saver, thread_id=thread_id, command=command)
+    update = as_update(command.update) if command.update is not None else {}
+    spec.schema.check_input(update)
+    if command.goto:
+        goto = command.goto
+        targets = tuple((goto,) if isinstance(goto, str | Send) else goto)
+        for target in targets:
+            name = target.node if isinstance(target, Send) else target
+            if name not in spec.nodes:
+                raise RouteError(
+                    f"the run's input Command(goto={target!r}) names no node of the graph; nodes: {sorted(spec.nodes)}",
+                    node=START,
+                    label=target,
+                )
+        state = spec.schema.merge(base.values if base is not None else {}, update, origin="input")
+        return Resumed(Position(state, targets, _NO_JOINS, _stop_before(spec, targets)), record=(START, "input"))
+    waiting = base is not None and base.pending is not None and "interrupt" in base.pending
+    resuming = check_resumable(base, has_saver=has_saver, thread_id=thread_id, command=command if waiting else None)
+    resumed = after_resume(spec, resuming, command.resume if waiting else None)
+    state = spec.schema.merge(resumed.at.state, update, origin="input")
+    return replace(resumed, at=resumed.at._replace(state=state), record=(START, "input"))
 
 
 def _answers(thread_id: str, asked: tuple[PendingInterrupt, ...], answer: Any) -> Mapping[int, PendingInterrupt]:

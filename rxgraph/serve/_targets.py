@@ -4,13 +4,13 @@ run's input."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from ..agent._react import ReactAgent
 from ..errors import InvalidArgumentError, InvalidTypeError, MessageFormatError
-from ..graph._compiled import CompiledGraph
+from ..graph._compiled import CompiledGraph, spec_of
 from ..graph._config import RunnableConfig
 from ..graph._interrupt import Command
 from ..graph._outputs import RunOutput
@@ -31,12 +31,22 @@ class Target:
     agent: ReactAgent | None
     created_at: datetime = field(default_factory=now)
 
-    def outputs(self, input: Any, command: CommandBody | None, config: RunnableConfig) -> AsyncIterator[RunOutput]:
-        """The run a client asked for, not started yet.
+    def outputs(
+        self,
+        input: Any,
+        command: CommandBody | None,
+        config: RunnableConfig,
+        *,
+        interrupt_before: str | Sequence[str] | None = None,
+        interrupt_after: str | Sequence[str] | None = None,
+    ) -> AsyncIterator[RunOutput]:
+        """The run a client asked for, not started yet; ``interrupt_before`` / ``interrupt_after`` (node names, or
+        ``"*"`` for every node) stop this run there, besides where the graph stops anyway.
 
         Raises:
             MessageFormatError: a message in the input is not one rxgraph can hold.
-            InvalidArgumentError: the input is not what the target takes.
+            InvalidArgumentError: the input is not what the target takes, or a node to stop at is not one of the
+                graph's (or the target is an agent, whose runs take no stops of their own).
         """
         run_input: Any
         if command is not None:
@@ -53,8 +63,39 @@ class Target:
         else:
             run_input = self.state_input(input) if input is not None else None
         if self.agent is not None:
+            if interrupt_before is not None or interrupt_after is not None:
+                raise InvalidArgumentError(
+                    "an agent's run takes no interrupt_before / interrupt_after: its tools stop for approval when "
+                    "made with requires_approval=True",
+                    argument="interrupt_before",
+                )
             return self.agent.astream(run_input, config)
-        return self.graph.astream(run_input, config)
+        graph = self.graph
+        if interrupt_before is not None or interrupt_after is not None:
+            spec = spec_of(graph)
+            graph = CompiledGraph(
+                replace(
+                    spec,
+                    interrupt_before=spec.interrupt_before | self._nodes(interrupt_before, "interrupt_before"),
+                    interrupt_after=spec.interrupt_after | self._nodes(interrupt_after, "interrupt_after"),
+                )
+            )
+        return graph.astream(run_input, config)
+
+    def _nodes(self, names: str | Sequence[str] | None, argument: str) -> frozenset[str]:
+        nodes = spec_of(self.graph).nodes
+        if names is None:
+            return frozenset()
+        if names == "*":
+            return frozenset(nodes)
+        unknown = [n for n in names if n not in nodes]
+        if isinstance(names, str) or unknown:
+            raise InvalidArgumentError(
+                f"{argument} names nodes of the graph, or '*' for all; {unknown or names!r} are not among "
+                f"{sorted(nodes)}",
+                argument=argument,
+            )
+        return frozenset(names)
 
     def _turn(self, input: Any) -> Any:
         messages = input.get("messages") if isinstance(input, Mapping) and set(input) == {"messages"} else None

@@ -27,6 +27,7 @@ from rxgraph import (
     RunnableConfig,
     Send,
     StateGraph,
+    ThreadNotFoundError,
 )
 from rxgraph.testing import assert_cancellation_safe
 
@@ -147,8 +148,32 @@ def test_bad_commands_and_graphs_are_refused_clearly() -> None:
         graph(lambda s: Command(resume="yes", goto="m"), destinations=["m"]).compile().invoke({})
     app = graph(lambda s: Command(goto="m"), destinations=["m"]).compile(MemorySaver())
     app.invoke({}, CONFIG)
-    with pytest.raises(InvalidArgumentError, match="update_state"):
-        app.invoke(Command(update={"x": 1}), CONFIG)
+    with pytest.raises(RouteError, match=r"input Command\(goto='x'\)"):
+        app.invoke(Command(goto="x"), CONFIG)
+
+
+def test_a_command_as_input_updates_the_thread_and_goes_where_it_says() -> None:
+    log = KeyStrategy.APPEND
+    app = (
+        StateGraph({"log": log})
+        .add_node("a", lambda s: {"log": ["a"]}).add_node("b", lambda s: {"log": ["b"]})
+        .add_node("c", lambda s: {"log": ["c"]})
+        .add_edge(START, "a").add_edge("a", "b").add_edge("b", END).add_edge("c", END)
+        .compile(MemorySaver(), interrupt_before=["b"])
+    )  # fmt: skip
+    assert app.invoke({"log": []}, CONFIG)["log"] == ["a"]  # stopped before b
+    # Without goto: the update is merged, then the pending superstep (b, stopped before) runs.
+    assert app.invoke(Command(update={"log": ["note"]}), CONFIG) == {"log": ["a", "note", "b"]}
+    # With goto: the update is merged and the named node runs next, whatever the edges say.
+    assert app.invoke(Command(update={"log": ["jump"]}, goto="c"), CONFIG) == {"log": ["a", "note", "b", "jump", "c"]}
+    head = app.get_state(CONFIG).checkpoint
+    inputs = [s.checkpoint for s in app.get_state_history(CONFIG) if s.checkpoint and s.checkpoint.source == "input"]
+    assert head is not None and len(inputs) == 3 and inputs[0].next == ("c",)
+    # A goto on a thread that has none starts it there.
+    fresh = RunnableConfig(thread_id="fresh")
+    assert app.invoke(Command(update={"log": ["x"]}, goto="c"), fresh) == {"log": ["x", "c"]}
+    with pytest.raises(ThreadNotFoundError):
+        app.invoke(Command(update={"log": ["x"]}), RunnableConfig(thread_id="none"))
 
 
 def test_a_handoff_cut_at_any_point_is_rewound(saver_factory: Callable[[], CheckpointSaver]) -> None:

@@ -16,7 +16,7 @@ from serve._serving import RewindWatch, Server
 from serve.test_app import Tool, weather_agent
 from starlette.types import ASGIApp
 
-from rxgraph import END, START, KeyStrategy, MemorySaver, StateGraph
+from rxgraph import END, START, KeyStrategy, MemorySaver, RunInfo, StateGraph
 from rxgraph.agent import ReactAgent
 from rxgraph.messages import check_request
 from rxgraph.serve import create_app
@@ -216,3 +216,51 @@ def test_a_stateless_run_and_a_graph_target_with_update_state(serve: Callable[[A
     with _http_error(404):
         client.runs.wait("no-thread", "counter", input={"count": 1})
     assert client.runs.wait("new-thread", "counter", input={"count": 1}, if_not_exists="create") == {"count": 2}
+
+
+def _steps() -> Any:
+    def first(state: dict[str, Any], run: RunInfo) -> dict[str, Any]:
+        run.write({"user": run.context.get("user"), "plan": run.context.get("plan")})
+        return {"log": ["first"]}
+
+    builder = StateGraph({"log": KeyStrategy.APPEND})
+    builder.add_node("first", first)
+    builder.add_node("second", lambda state: {"log": ["second"]})
+    builder.add_node("third", lambda state: {"log": ["third"]})
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", "third")
+    builder.add_edge("third", END)
+    return builder.compile(checkpointer=MemorySaver())
+
+
+def test_a_run_stops_where_it_is_asked_takes_its_context_and_is_steered_by_a_command(
+    serve: Callable[[ASGIApp], Server],
+) -> None:
+    client = _client(serve(create_app({"steps": _steps()})))
+    thread = client.threads.create()["thread_id"]
+
+    parts = list(
+        client.runs.stream(
+            thread,
+            "steps",
+            input={"log": []},
+            stream_mode=["custom", "updates"],
+            interrupt_before=["third"],
+            config={"configurable": {"user": "ann"}},
+            context={"plan": "pro"},
+        )
+    )
+
+    assert [p.data for p in parts if p.event == "custom"] == [{"user": "ann", "plan": "pro"}]
+    assert [list(p.data) for p in parts if p.event == "updates"] == [["first"], ["second"], ["__interrupt__"]]
+    assert client.threads.get_state(thread)["next"] == ["third"]
+    assert client.runs.wait(thread, "steps", input=None) == {"log": ["first", "second", "third"]}
+    # A command's update and goto: the run goes where it says, with its update merged.
+    assert client.runs.wait(thread, "steps", command={"update": {"log": ["extra"]}, "goto": "third"}) == {
+        "log": ["first", "second", "third", "extra", "third"]
+    }
+    with _http_error(422):
+        client.runs.wait(thread, "steps", input={"log": []}, interrupt_before=["nowhere"])
+    with _http_error(422):
+        list(client.runs.stream(thread, "steps", input={"log": []}, stream_mode="events"))
