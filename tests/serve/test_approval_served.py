@@ -1,14 +1,15 @@
-"""Tool approval over HTTP, on a real uvicorn: the turn's stream ends with an ``interrupt`` event listing the calls,
-the state says what the thread waits on, and a ``resume`` body answers it — also after a client that left the
-resumed turn midway, whose cut puts the question back."""
+"""Tool approval over LangGraph's API, on a real uvicorn: the turn's stream ends with its values carrying
+``__interrupt__`` (the calls to decide), the thread's state says what it waits on, and ``command.resume`` answers it
+— also after a client that left the resumed turn midway, whose cut puts the question back."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
-import httpx
+from langgraph_sdk import get_sync_client
 from reactivex.scheduler import ThreadPoolScheduler
 from serve._serving import WAIT, RewindWatch, Server, SignallingModel, hang_up_after, post_turn
 from starlette.types import ASGIApp
@@ -21,6 +22,12 @@ from rxgraph.testing import finish, text, tool_call
 
 POOL = ThreadPoolScheduler(2)
 CALL = tool_call("c1", "send_email", '{"to": "ada@example.com"}')
+EMAIL_ADA = {"input": {"messages": "Email Ada"}}
+APPROVE = {"command": {"resume": {"c1": {"decision": "approve"}}}}
+ASKED = {
+    "kind": "tool_approval",
+    "calls": [{"id": "c1", "name": "send_email", "arguments": '{"to": "ada@example.com"}'}],
+}
 
 
 class Mailer:
@@ -51,30 +58,44 @@ def _agent(saver: Any, mailer: Mailer) -> tuple[ReactAgent, SignallingModel]:
     return ReactAgent(model, tools=[mailer.tool], checkpointer=saver), model
 
 
-def test_a_turn_stops_for_approval_and_a_resume_body_answers_it(serve: Callable[[ASGIApp], Server]) -> None:
+def test_a_turn_stops_for_approval_and_a_command_resume_answers_it(serve: Callable[[ASGIApp], Server]) -> None:
     saver, mailer = MemorySaver(), Mailer()
     agent, model = _agent(saver, mailer)
     server = serve(create_app(agent))
 
-    got = post_turn(server.url, "t", {"input": "Email Ada"})
-    assert [name for name, _ in got] == ["chunk", "chunk", "node", "interrupt", "end"]
-    stop, end = got[-2][1], got[-1][1]
-    assert stop["node"] == "tools" and stop["when"] == "inside"
-    assert stop["value"] == {
-        "kind": "tool_approval",
-        "calls": [{"id": "c1", "name": "send_email", "arguments": '{"to": "ada@example.com"}'}],
-    }
-    head = saver.get("t")
-    assert head is not None and end == {"thread_id": "t", "checkpoint_id": head.id}  # the interrupt's checkpoint
-    state = httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()
-    assert state["interrupt"] == {"node": "tools", "when": "inside", "value": stop["value"]}
-    assert mailer.sent == []
+    got = post_turn(server.url, "t", EMAIL_ADA)
 
-    resumed = post_turn(server.url, "t", {"resume": {"c1": {"decision": "approve"}}})
-    assert [name for name, _ in resumed][-3:] == ["chunk", "node", "end"]
-    assert mailer.sent == ["ada@example.com"]
-    check_request(model.requests[-1].messages)
-    assert httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()["interrupt"] is None
+    assert [name for name, _ in got] == ["metadata", "messages", "messages", "updates", "values", "values", "updates"]
+    stopped, pending = got[-2][1], got[-1][1]
+    [stop] = stopped["__interrupt__"]
+    assert stop == {"value": ASKED, "id": stop["id"], "when": "inside", "node": "tools"}
+    assert pending == {"__interrupt__": [stop]}
+    assert [m["type"] for m in stopped["messages"]] == ["human", "ai"]
+    head = saver.get("t")
+    assert head is not None and head.source == "interrupt"
+    with closing(get_sync_client(url=server.url)) as client:
+        state = client.threads.get_state("t")
+        assert state["checkpoint"]["checkpoint_id"] == head.id  # the interrupt's checkpoint
+        assert (state["next"], state["interrupts"]) == (["tools"], [stop])
+        assert [(task["name"], task["interrupts"]) for task in state["tasks"]] == [("tools", [stop])]
+        thread = client.threads.get("t")
+        assert thread["status"] == "interrupted" and list(thread["interrupts"].values()) == [[stop]]
+        assert client.runs.get("t", got[0][1]["run_id"])["status"] == "success"  # stopping for a human is no failure
+        assert mailer.sent == []
+
+        resumed = post_turn(server.url, "t", APPROVE)
+
+        assert [name for name, _ in resumed][-3:] == ["messages", "updates", "values"]
+        assert [(m["type"], m["content"]) for m in resumed[-1][1]["messages"][2:]] == [
+            ("tool", "sent to ada@example.com"),
+            ("ai", "Sent."),
+        ]
+        assert "__interrupt__" not in resumed[-1][1]
+        assert mailer.sent == ["ada@example.com"]
+        check_request(model.requests[-1].messages)
+        state = client.threads.get_state("t")
+        assert (state["next"], state["interrupts"], state["tasks"]) == ([], [], [])
+        assert client.threads.get("t")["status"] == "idle"
 
 
 def test_a_rejection_is_one_tool_message_and_a_bad_answer_leaves_the_question(
@@ -83,42 +104,56 @@ def test_a_rejection_is_one_tool_message_and_a_bad_answer_leaves_the_question(
     saver, mailer = MemorySaver(), Mailer()
     agent, model = _agent(saver, mailer)
     server = serve(create_app(agent))
-    post_turn(server.url, "t", {"input": "Email Ada"})
+    post_turn(server.url, "t", EMAIL_ADA)
 
-    bad = post_turn(server.url, "t", {"resume": {"c9": {"decision": "approve"}}})
-    assert bad[-1][0] == "error" and bad[-1][1]["type"] == "InvalidArgumentError"
-    assert httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()["interrupt"]["node"] == "tools"
+    bad = post_turn(server.url, "t", {"command": {"resume": {"c9": {"decision": "approve"}}}})
+    assert [name for name, _ in bad] == ["metadata", "error"]
+    assert bad[-1][1] == {
+        "error": "InvalidArgumentError",
+        "message": "the tool approval answer must decide exactly the calls ['c1']; missing ['c1'], not asked ['c9']",
+    }
+    with closing(get_sync_client(url=server.url)) as client:
+        assert client.runs.get("t", bad[0][1]["run_id"])["status"] == "error"
+        state = client.threads.get_state("t")
+        assert state["next"] == ["tools"] and [i["value"] for i in state["interrupts"]] == [ASKED]
 
-    post_turn(server.url, "t", {"resume": {"c1": {"decision": "reject", "reason": "not today"}}})
+    rejected = post_turn(
+        server.url, "t", {"command": {"resume": {"c1": {"decision": "reject", "reason": "not today"}}}}
+    )
+    assert rejected[-1][0] == "values"
     assert mailer.sent == []
     check_request(model.requests[-1].messages)
     history = saver.get("t")
     assert history is not None
     answers = [m for m in history.values["messages"] if getattr(m, "tool_call_id", None) == "c1"]
     assert len(answers) == 1 and answers[0].is_error and "not today" in answers[0].content
+    [shown] = [m for m in rejected[-1][1]["messages"] if m["type"] == "tool"]
+    assert shown["status"] == "error" and "not today" in shown["content"]
 
 
 def test_a_client_leaving_the_resumed_turn_puts_the_question_back(serve: Callable[[ASGIApp], Server]) -> None:
     saver, mailer = RewindWatch(MemorySaver()), Mailer()
     agent, model = _agent(saver, mailer)
     server = serve(create_app(agent))
-    post_turn(server.url, "t", {"input": "Email Ada"})
+    post_turn(server.url, "t", EMAIL_ADA)
     asked = saver.get("t")
+    assert asked is not None
 
     mailer.release.clear()  # the approved tool runs until the client is gone
-    body = {"resume": {"c1": {"decision": "approve"}}}
-    hang_up_after(server.url, "t", body, lambda: mailer.started.wait(WAIT))  # gone while the tool runs
+    hang_up_after(server.url, "t", APPROVE, lambda: mailer.started.wait(WAIT))  # gone while the tool runs
     assert mailer.runs[-1].cancelled.wait(WAIT)  # the server cancelled the resumed turn
     mailer.release.set()
-    state = httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()  # waits for a rewind in flight
-    # The resumed turn had written nothing: the head is still the question, and nothing of the cut turn landed.
-    assert asked is not None and state["checkpoint"]["id"] == asked.id and saver.rewinds == []
-    assert state["interrupt"] is not None and state["interrupt"]["node"] == "tools"  # asked again, not lost
-    assert state["next"] == ["tools"]
+    with closing(get_sync_client(url=server.url)) as client:
+        state = client.threads.get_state("t")  # waits for a rewind in flight
+        # The resumed turn had written nothing: the head is still the question, and nothing of the cut turn landed.
+        assert state["checkpoint"]["checkpoint_id"] == asked.id and saver.rewinds == []
+        assert [(i["node"], i["value"]) for i in state["interrupts"]] == [("tools", ASKED)]  # asked again, not lost
+        assert state["next"] == ["tools"]
 
-    post_turn(server.url, "t", {"resume": {"c1": {"decision": "approve"}}})
-    check_request(model.requests[-1].messages)
-    assert httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()["interrupt"] is None
+        post_turn(server.url, "t", APPROVE)
+        check_request(model.requests[-1].messages)
+        assert client.threads.get_state("t")["interrupts"] == []
+        assert client.threads.get("t")["status"] == "idle"
 
 
 def test_the_demo_agent_that_asks_first_stops_before_its_tool(serve: Callable[[ASGIApp], Server]) -> None:
@@ -127,7 +162,11 @@ def test_the_demo_agent_that_asks_first_stops_before_its_tool(serve: Callable[[A
     agent = make_approving()
     agent.model = ScriptedChat(pace=0.0)  # the scripted model, whatever the environment names
     server = serve(create_app(agent))
-    got = post_turn(server.url, "t", {"input": "Weather in Rome?"})
-    assert got[-2][0] == "interrupt" and got[-2][1]["value"]["calls"][0]["name"] == "get_weather"
-    resumed = post_turn(server.url, "t", {"resume": {got[-2][1]["value"]["calls"][0]["id"]: {"decision": "approve"}}})
-    assert resumed[-1][0] == "end"
+    got = post_turn(server.url, "t", {"input": {"messages": "Weather in Rome?"}})
+    assert got[-2][0] == "values"
+    [stop] = got[-2][1]["__interrupt__"]
+    [call] = stop["value"]["calls"]
+    assert call["name"] == "get_weather" and call["arguments"] == '{"city": "Rome"}'
+    resumed = post_turn(server.url, "t", {"command": {"resume": {call["id"]: {"decision": "approve"}}}})
+    assert resumed[-1][0] == "values"
+    assert resumed[-1][1]["messages"][-1]["content"].startswith("Here is the weather:")

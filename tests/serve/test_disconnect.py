@@ -1,14 +1,16 @@
-"""A client that goes away cancels its turn, at whatever point of the turn: the model's answer or the tool is
-disposed, the thread is rewound, and the next turn sends the model a valid request with nothing of the cut turn."""
+"""A client that goes away from its run's stream cancels the run, at whatever point of the turn: the model's answer or
+the tool is disposed, the thread is rewound (its state is the one before the turn, and the run is recorded as
+interrupted), and the next turn sends the model a valid request with nothing of the cut turn."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
-import httpx
 import pytest
+from langgraph_sdk import get_sync_client
 from reactivex.scheduler import ThreadPoolScheduler
 from serve._serving import WAIT, RewindWatch, Server, SignallingModel, hang_up_after, leave_when, post_turn
 from starlette.types import ASGIApp
@@ -21,7 +23,7 @@ from rxgraph.serve import create_app
 from rxgraph.testing import finish, marbles, text, tool_call
 
 POOL = ThreadPoolScheduler(4)
-QUESTION = "Weather in Paris?"
+QUESTION = {"messages": "Weather in Paris?"}
 GREETING = [text("Hello!"), finish()]
 CALL = [tool_call("c1", "get_weather", '{"city": "Paris"}'), finish("tool_calls")]
 WELCOME = [text("You're welcome."), finish()]
@@ -64,10 +66,11 @@ def leave(server: Server, turn: Turn, phase: str) -> None:
 
     def reached(name: str, data: Any) -> bool:
         if phase == "while the answer streams":
-            return name == "chunk" and data["node"] == "model" and data["chunk"]["content"] == "Sunny"
+            chunk, where = data if name == "messages" else ({}, {})
+            return where.get("langgraph_node") == "model" and chunk.get("content") == "Sunny"
         if phase == "while the tool runs":
-            return name == "node" and data["node"] == "model" and turn.tool_started.wait(WAIT)
-        if name == "node" and data["node"] == "tools":
+            return name == "updates" and "model" in data and turn.tool_started.wait(WAIT)
+        if name == "updates" and "tools" in data:
             turn.model.wait_for_calls(3)  # the answer was asked for, and has not begun
             return True
         return False
@@ -85,7 +88,8 @@ def test_a_client_that_goes_away_cancels_its_turn_which_is_rewound_and_the_next_
     saver = RewindWatch(saver_factory())
     turn = Turn(phase, saver)
     server = serve(create_app(turn.agent))
-    assert post_turn(server.url, "t", {"input": "Hi"})[-1][0] == "end"
+    greeted = post_turn(server.url, "t", {"input": {"messages": "Hi"}})
+    assert greeted[-1][0] == "values"
     before = saver.get("t")
     assert before is not None
 
@@ -97,10 +101,16 @@ def test_a_client_that_goes_away_cancels_its_turn_which_is_rewound_and_the_next_
         assert turn.model.wait_for_end(turn.model.calls) is SignalType.CANCEL  # the model's answer was disposed
     rewind = saver.wait_for_rewind()
     assert rewind.parent_id == before.id and rewind.values == before.values
-    state = httpx.get(f"{server.url}/threads/t/state", timeout=WAIT).json()
-    assert (state["checkpoint"]["id"], state["checkpoint"]["source"]) == (rewind.id, "rewind")
+    with closing(get_sync_client(url=server.url)) as client:
+        state = client.threads.get_state("t")
+        assert (state["checkpoint"]["checkpoint_id"], state["metadata"]["source"]) == (rewind.id, "rewind")
+        assert state["values"] == greeted[-1][1] and state["next"] == []  # what the client saw before the turn
+        [cut] = [run for run in client.runs.list("t") if run["run_id"] != greeted[0][1]["run_id"]]
+        client.runs.join("t", cut["run_id"])  # once it has ended
+        assert client.runs.get("t", cut["run_id"])["status"] == "interrupted"
 
-    assert post_turn(server.url, "t", {"input": "Thanks!"})[-1][0] == "end"
+    thanked = post_turn(server.url, "t", {"input": {"messages": "Thanks!"}})
+    assert thanked[-1][0] == "values" and thanked[-1][1]["messages"][-1]["content"] == "You're welcome."
     request = turn.model.requests[-1].messages
     check_request(request)
     assert request == (

@@ -1,19 +1,24 @@
 """The disconnect test again, end to end over HTTP on both sides: the served agent's model is ``OpenAIChatModel``
-talking to a ``ChatCompletionsServer``. A client that goes away closes the model's HTTP stream when one is open (the
-fake API sees it go), the thread is rewound, and the next turn's request is one a strict API accepts."""
+talking to a ``ChatCompletionsServer``. A client that goes away from its run's stream closes the model's HTTP stream
+when one is open (the fake API sees it go), the thread is rewound, and the next turn's request is one a strict API
+accepts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
 from _weather_api import PHASES, QUESTION, Scenario, scenario_maker
+from langgraph_sdk import get_sync_client
 from serve._serving import WAIT, RewindWatch, Server, hang_up_after, leave_when, post_turn
 from starlette.types import ASGIApp
 
 from rxgraph import CheckpointSaver, MemorySaver
 from rxgraph.serve import create_app
+
+ASK = {"messages": QUESTION}
 
 
 @pytest.fixture
@@ -25,20 +30,21 @@ def scenarios() -> Iterator[Callable[[str, CheckpointSaver], Scenario]]:
 def leave(server: Server, scenario: Scenario, phase: str) -> None:
     """Start the weather turn and go away at ``phase``."""
     if phase == "before the first output":
-        hang_up_after(server.url, "t", {"input": QUESTION}, lambda: scenario.gate.wait_for_arrivals(1, WAIT))
+        hang_up_after(server.url, "t", {"input": ASK}, lambda: scenario.gate.wait_for_arrivals(1, WAIT))
         return
 
     def reached(name: str, data: Any) -> bool:
         if phase == "while the answer streams":
-            return name == "chunk" and data["node"] == "model" and data["chunk"]["content"] == "Sunny"
+            chunk, where = data if name == "messages" else ({}, {})
+            return where.get("langgraph_node") == "model" and chunk.get("content") == "Sunny"
         if phase == "while the tool runs":
-            return name == "node" and data["node"] == "model" and scenario.tool_started.wait(WAIT)
-        if name == "node" and data["node"] == "tools":
+            return name == "updates" and "model" in data and scenario.tool_started.wait(WAIT)
+        if name == "updates" and "tools" in data:
             scenario.gate.wait_for_arrivals(1, WAIT)  # the answer was asked for, and has not begun
             return True
         return False
 
-    leave_when(server.url, "t", {"input": QUESTION}, reached)
+    leave_when(server.url, "t", {"input": ASK}, reached)
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -50,12 +56,17 @@ def test_leaving_closes_the_models_http_stream_rewinds_and_the_next_request_is_o
     saver = RewindWatch(MemorySaver())
     scenario = scenarios(phase, saver)
     server = serve(create_app(scenario.agent))
-    assert post_turn(server.url, "t", {"input": "Hi"})[-1][0] == "end"
+    greeted = post_turn(server.url, "t", {"input": {"messages": "Hi"}})
+    assert greeted[-1][0] == "values"
     before = saver.get("t")
     assert before is not None
 
     leave(server, scenario, phase)
 
     scenario.check_left(saver, before)
-    assert post_turn(server.url, "t", {"input": "Thanks!"})[-1][0] == "end"
+    with closing(get_sync_client(url=server.url)) as client:
+        state = client.threads.get_state("t")
+        assert state["checkpoint"]["checkpoint_id"] == saver.rewinds[0].id and state["values"] == greeted[-1][1]
+    thanked = post_turn(server.url, "t", {"input": {"messages": "Thanks!"}})
+    assert thanked[-1][0] == "values" and thanked[-1][1]["messages"][-1]["content"] == "You're welcome."
     scenario.check_next_accepted(saver)
