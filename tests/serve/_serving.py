@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -203,16 +203,17 @@ scripted model."""
 
 
 @contextmanager
-def rxgraph_serve(*args: str, cwd: Path) -> Iterator[tuple[str, str]]:
-    """``rxgraph serve ARGS --port 0`` in a subprocess: yields its URL and what it printed until it listened. When the
-    block ends, it is sent SIGINT and must exit cleanly (it is killed if the block failed first)."""
+def rxgraph_serve(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, str]]:
+    """``rxgraph serve ARGS --port 0`` in a subprocess (``env`` added to its environment): yields its URL and what it
+    printed until it listened. When the block ends, it is sent SIGINT and must exit cleanly (it is killed if the
+    block failed first)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "rxgraph", "serve", *args, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
-        env=SERVE_ENV,
+        env={**SERVE_ENV, **(env or {})},
     )
     try:
         assert server.stdout is not None
