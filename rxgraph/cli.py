@@ -398,54 +398,49 @@ def _log_to_stderr(level: str) -> None:
 
 def _load_targets(specs: Sequence[str], db: str | None, schema: str) -> tuple[dict[str, Any], Any]:
     """The served targets by name (``NAME=MODULE:ATTR``, a bare ``MODULE:ATTR`` being ``agent``), and the one saver
-    opened for them on ``db`` (None when there is none)."""
-    named: dict[str, str] = {}
+    opened for them on ``db`` (None when there is none). Every target is found before ``db`` is opened, so a
+    command refused for its targets leaves no database behind."""
+    from .agent import ReactAgent
+    from .checkpoint import MemorySaver
+    from .graph import CompiledGraph
+
+    servable = (CompiledGraph, ReactAgent)
+    found: dict[str, tuple[str, Any]] = {}
     for spec in specs:
         name, equals, where = spec.partition("=")
         name, where = (name, where) if equals else ("agent", spec)
-        if name in named:
+        if name in found:
             raise CliError(f"two targets are named {name!r}: give each NAME=MODULE:ATTR a name of its own")
-        named[name] = where
+        target = _import_target(where)
+        if isinstance(target, servable) and db is not None:
+            raise CliError(
+                f"--db needs a function that takes a checkpointer: {where} is a {type(target).__name__} already, "
+                "with the checkpointer it was built with"
+            )
+        if not isinstance(target, servable) and not callable(target):
+            raise CliError(
+                f"{where} is a {type(target).__name__}: expected a CompiledGraph, a ReactAgent or a function"
+            )
+        found[name] = (where, target)
+    built = [t.graph if isinstance(t, ReactAgent) else t for _, t in found.values() if isinstance(t, servable)]
     saver = _open(db, schema, create=True) if db is not None else None
+    shared = saver if saver is not None else (built[0].checkpointer if built else None) or MemorySaver()
     targets: dict[str, Any] = {}
     try:
-        shared = saver
-        for name, where in named.items():
-            target, shared = _load_target(where, shared, db)
+        for name, (where, target) in found.items():
+            if not isinstance(target, servable):
+                target = target(shared)
+                if not isinstance(target, servable):
+                    raise CliError(
+                        f"{where}(checkpointer) returned a {type(target).__name__}: expected a CompiledGraph or a "
+                        "ReactAgent"
+                    )
             targets[name] = target
     except BaseException:
         if saver is not None:
             saver.close()
         raise
     return targets, saver
-
-
-def _load_target(spec: str, saver: Any, db: str | None) -> tuple[Any, Any]:
-    """The graph or agent ``MODULE:ATTR`` names, built on ``saver`` when it is a function (a ``MemorySaver`` when
-    ``saver`` is None, which the next target shares); and the saver the next target is to share."""
-    from .agent import ReactAgent
-    from .checkpoint import MemorySaver
-    from .graph import CompiledGraph
-
-    found = _import_target(spec)
-    servable = (CompiledGraph, ReactAgent)
-    if isinstance(found, servable):
-        if db is not None:
-            raise CliError(
-                f"--db needs a function that takes a checkpointer: {spec} is a {type(found).__name__} already, "
-                "with the checkpointer it was built with"
-            )
-        graph = found.graph if isinstance(found, ReactAgent) else found
-        return found, saver if saver is not None else graph.checkpointer
-    if not callable(found):
-        raise CliError(f"{spec} is a {type(found).__name__}: expected a CompiledGraph, a ReactAgent or a function")
-    shared = saver if saver is not None else MemorySaver()
-    made = found(shared)
-    if not isinstance(made, servable):
-        raise CliError(
-            f"{spec}(checkpointer) returned a {type(made).__name__}: expected a CompiledGraph or a ReactAgent"
-        )
-    return made, shared
 
 
 def _import_target(spec: str) -> Any:

@@ -95,6 +95,8 @@ class RunnableConfig(BaseModel):
     - ``recursion_limit``: the most node executions one run may take before it fails with ``GraphRecursionError``.
     - ``multitask``: what this run does when another run holds its thread (``"enqueue"``, ``"reject"`` or
       ``"interrupt"``, see ``MultitaskPolicy``); ``None`` takes the graph's policy (``compile(multitask=...)``).
+    - ``run_id``: this run's id (its checkpoints' ``run_id``, ``RunInfo.run_id``); ``None`` for a new one. Give
+      each run its own (a server passes the id its clients know the run by).
     - ``context``: whatever this run's nodes and tools need that is not state — the user's id, a token, a client
       (a read-only mapping). Never stored in a checkpoint. Nodes read it as ``config.context``, nodes and tools as
       ``run.context`` of the ``RunInfo`` they declare.
@@ -107,6 +109,7 @@ class RunnableConfig(BaseModel):
     scheduler: abc.SchedulerBase | None = None
     recursion_limit: int = Field(default=25, ge=1)
     multitask: MultitaskPolicy | None = None
+    run_id: str | None = None
     context: Mapping[str, Any] = Field(default_factory=lambda: MappingProxyType({}))
 
     def __init__(self, **fields: Any) -> None:
@@ -134,7 +137,7 @@ class RunnableConfig(BaseModel):
     def _read_only(cls, context: Mapping[str, Any]) -> Mapping[str, Any]:
         return context if isinstance(context, MappingProxyType) else MappingProxyType(dict(context))
 
-    @field_validator("thread_id", "checkpoint_id")
+    @field_validator("thread_id", "checkpoint_id", "run_id")
     @classmethod
     def _non_empty(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():

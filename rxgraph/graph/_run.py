@@ -130,7 +130,7 @@ class Run:
         self.scheduler = config.scheduler
         self.on_final_state = on_final_state
         self.on_updates = on_updates  # told each step's updates before its NodeOutput (a subgraph's parent is)
-        self.writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key)
+        self.writer = ThreadWriter(config.thread_id, spec.checkpointer, spec.messages_key, run_id=config.run_id)
         self.info = RunInfo(
             thread_id=config.thread_id,
             run_id=self.writer.run_id,

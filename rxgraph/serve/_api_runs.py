@@ -26,6 +26,7 @@ from ..errors import (
     InvalidTypeError,
     MessageFormatError,
     ThreadBusyError,
+    UnsafeHistoryError,
 )
 from ._api_requests import RunCreate
 from ._registry import ACTIVE, RunRecord, ThreadRecord
@@ -35,6 +36,9 @@ from ._service import Refusal, Service, answer, refuse
 from ._wire import run_json, wire
 
 __all__ = ["run_routes"]
+
+_REFUSED = (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError, UnsafeHistoryError)
+"""What a run's request can be wrong with (the input, the config, a history the sequence rules refuse): 422."""
 
 _POLL = 0.25
 """Seconds between looks at the record of a run another process executes (for ``join``)."""
@@ -84,8 +88,9 @@ class _Runs:
         target = self.s.target(body.assistant_id)
         thread_id = request.path_params.get("thread_id")
         temporary = False
+        made: str | None = None  # a thread made for this request: removed again if the run is refused
         if thread_id is None:  # a stateless run: a thread of its own, deleted after it unless kept
-            thread_id = str(uuid.uuid4())
+            thread_id = made = str(uuid.uuid4())
             temporary = body.on_completion == "delete"
             record = ThreadRecord(thread_id, identity, {"graph_id": target.name})
             await run_in_threadpool(self.s.registry.create_thread, record)
@@ -100,15 +105,20 @@ class _Runs:
                 )
                 if created is None:  # someone else's, or made meanwhile: not this caller's to run on
                     raise refuse(409, f"thread {thread_id!r} already exists") from None
-                record = created
-        if record.metadata.get("graph_id") != target.name:
-            await run_in_threadpool(self.s.registry.update_thread, thread_id, {"graph_id": target.name})
+                record, made = created, thread_id
         try:
+            if record.metadata.get("graph_id") != target.name:
+                await run_in_threadpool(self.s.registry.update_thread, thread_id, {"graph_id": target.name})
             run = await self.s.runs.start(target, thread_id, body, identity, temporary=temporary)
-        except ThreadBusyError as busy:
-            raise refuse(409, str(busy)) from None
-        except (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError) as error:
-            raise refuse(422, f"{type(error).__name__}: {error}") from None
+        except BaseException as error:
+            if made is not None:
+                with anyio.CancelScope(shield=True):
+                    await run_in_threadpool(self.s.registry.delete_thread, made)
+            if isinstance(error, ThreadBusyError):
+                raise refuse(409, str(error)) from None
+            if isinstance(error, _REFUSED):
+                raise refuse(422, f"{type(error).__name__}: {error}") from None
+            raise
         return run, body
 
     def _where(self, run: ActiveRun) -> dict[str, str]:

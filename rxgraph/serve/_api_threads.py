@@ -61,6 +61,8 @@ class _Threads:
         if body.graph_id is not None:
             metadata["graph_id"] = body.graph_id
         thread_id = body.thread_id or str(uuid.uuid4())
+        if not thread_id.strip():
+            raise refuse(422, "thread_id: a thread id must be a non-empty string, not blank")
         created = await run_in_threadpool(self.s.registry.create_thread, ThreadRecord(thread_id, identity, metadata))
         if created is None:
             existing = await run_in_threadpool(self.s.registry.get_thread, thread_id)

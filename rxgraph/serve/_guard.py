@@ -30,14 +30,12 @@ async def read_body(request: Request, *, max_body: int, allowed_origins: Collect
     if media_type != "application/json":
         return _refuse(
             415,
-            "UnsupportedMediaType",
-            f"a run's body is JSON: send it with Content-Type: application/json (got {media_type or 'none'!r})",
+            f"a request's body is JSON: send it with Content-Type: application/json (got {media_type or 'none'!r})",
         )
     origin = request.headers.get("origin")
     if origin is not None and origin not in allowed_origins and _other_site(origin, request.headers.get("host", "")):
         return _refuse(
             403,
-            "CrossSiteRequest",
             f"a request from {origin!r}, another site, cannot start a run here; a server that serves a page of "
             "another origin lists it in create_app(allowed_origins=...)",
         )
@@ -61,11 +59,12 @@ def _other_site(origin: str, host: str) -> bool:
 
 
 def _too_large(max_body: int) -> Response:
-    return _refuse(413, "RequestTooLarge", f"a run's body may be at most {max_body} bytes (create_app(max_body=...))")
+    return _refuse(413, f"a request's body may be at most {max_body} bytes (create_app(max_body=...))")
 
 
-def _refuse(status: int, kind: str, message: str) -> Response:
-    return JSONResponse({"type": kind, "message": message}, status_code=status)
+def _refuse(status: int, message: str) -> Response:
+    """An error answer as the API gives them: ``{"detail": message}``."""
+    return JSONResponse({"detail": message}, status_code=status)
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "testserver")
@@ -88,7 +87,7 @@ class HostCheck:
         if self.any or scope["type"] not in ("http", "websocket") or self._allowed(Headers(scope=scope).get("host")):
             await self.app(scope, receive, send)
             return
-        await _refuse(400, "InvalidHost", "this server does not serve that host name (create_app(allowed_hosts=...))")(
+        await _refuse(400, "this server does not serve that host name (create_app(allowed_hosts=...))")(
             scope, receive, send
         )
 

@@ -277,8 +277,10 @@ class RunManager(RelayHandlers):
             MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError: the request's input or
                 config is not one the target takes; nothing was recorded or started.
         """
+        run_id = str(uuid.uuid4())
         config = RunnableConfig(
             thread_id=thread_id,
+            run_id=run_id,  # its checkpoints say which run wrote them, by the id clients know it by
             checkpoint_id=body.start_from,
             context={**_configurable(body.config), **body.context},
             multitask="interrupt" if body.multitask_strategy in ("interrupt", "rollback") else "enqueue",
@@ -300,7 +302,7 @@ class RunManager(RelayHandlers):
                 run_id=queue[-1].run_id,
             )
         record = RunRecord(
-            run_id=str(uuid.uuid4()),
+            run_id=run_id,
             thread_id=thread_id,
             assistant_id=target.name,
             owner=owner,

@@ -99,7 +99,7 @@ class Service:
         except ClientDisconnect:
             raise refuse(400, "the client went away before its request was whole") from None
         if isinstance(raw, Response):
-            detail = json.loads(bytes(raw.body)).get("message", "refused")
+            detail = json.loads(bytes(raw.body)).get("detail", "refused")
             raise refuse(raw.status_code, detail)
         try:
             return model.model_validate_json(raw if raw.strip() or not empty_ok else b"{}")
@@ -125,6 +125,8 @@ class Service:
             Refusal: 404, no such thread, or it belongs to someone else (the same answer: a caller learns nothing
                 of another's threads).
         """
+        if not thread_id.strip():
+            raise refuse(422, "a thread id must be a non-empty string, not blank")
         record = await run_in_threadpool(self.registry.get_thread, thread_id)
         if record is None and self.auth is None:
             record = await run_in_threadpool(self._adopt, thread_id)

@@ -269,11 +269,6 @@ SEQUENCE_BREAKS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent input that breaks the sequence rules raises UnsafeHistoryError out of RunManager.start, which "
-    "_Runs._start does not turn into a 422: the server answers 500 Internal Server Error",
-)
 @pytest.mark.parametrize("messages", SEQUENCE_BREAKS, ids=["orphan-answer", "unanswered-call", "langchain"])
 def test_agent_input_that_breaks_the_sequence_rules_is_refused_with_422_and_stores_nothing(
     messages: list[dict[str, Any]], serve: Callable[[ASGIApp], Server]
@@ -289,11 +284,6 @@ def test_agent_input_that_breaks_the_sequence_rules_is_refused_with_422_and_stor
     assert model.calls == 0 and saver.threads() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_Runs._start creates the thread (if_not_exists='create') before RunManager.start checks the input, "
-    "and keeps it when the run is refused with 422: the refused request leaves a thread behind",
-)
 def test_a_refused_run_creates_no_thread(serve: Callable[[ASGIApp], Server]) -> None:
     agent, model = weather_agent(MemorySaver(), Tool())
     server = serve(create_app(agent))

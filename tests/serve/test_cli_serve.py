@@ -79,11 +79,6 @@ def test_rxgraph_serve_answers_only_for_its_host_names(tmp_path: Path) -> None:
         assert httpx.get(url + "/", timeout=WAIT).status_code == 400  # 127.0.0.1 was not named
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="since rxgraph serve takes several targets, it opens --db (creating the file) before it loads them, "
-    "so a command refused for its target leaves an empty database behind",
-)
 def test_a_refused_rxgraph_serve_leaves_no_database_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,7 +10,6 @@ from contextlib import closing
 from typing import Any
 
 import httpx
-import pytest
 from langgraph_sdk import get_sync_client
 from pydantic import BaseModel, ConfigDict
 from serve._serving import WAIT, Server, post_turn, run_body
@@ -150,12 +149,6 @@ def test_a_model_holding_what_pydantics_json_cannot_show_is_shown_not_a_server_e
     assert state.json()["values"]["count"] == shown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run on a blank thread id is refused with 422 only after _Runs._start has created the thread "
-    "(if_not_exists='create'); the record stays, and every read that builds its RunnableConfig fails with "
-    "InvalidConfigError: GET /threads/%20/state and POST /threads/search answer 500",
-)
 def test_a_blank_thread_id_is_refused_with_422_and_breaks_no_read(serve: Callable[[ASGIApp], Server]) -> None:
     saver = MemorySaver()
     server = serve(_graph_app(saver))
@@ -170,11 +163,6 @@ def test_a_blank_thread_id_is_refused_with_422_and_breaks_no_read(serve: Callabl
     assert saver.threads() == ["t"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a checkpoint's metadata.run_id is the graph run's own id, not the id of the server's run that wrote "
-    "it (the metadata event's run_id), so a client cannot look up the run behind a checkpoint",
-)
 def test_a_checkpoints_metadata_names_the_run_that_wrote_it(serve: Callable[[ASGIApp], Server]) -> None:
     server = serve(_graph_app(MemorySaver()))
     metadata = post_turn(server.url, "t", {"input": {"word": "hi"}})[0]
