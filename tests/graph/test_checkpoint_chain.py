@@ -15,6 +15,7 @@ from rxgraph import (
     Checkpoint,
     CheckpointConflictError,
     CheckpointNotFoundError,
+    InvalidConfigError,
     KeyStrategy,
     MemorySaver,
     RunnableConfig,
@@ -54,6 +55,17 @@ def test_history_is_newest_first_with_parent_links_seq_nodes_next_and_sources() 
     assert len(first_run) == 1 and len(second_run) == 1 and first_run != second_run
     assert history[0].values == {"log": ["in1", "a", "b", "in2", "a", "b"]}
     assert app.get_state(config).checkpoint_id == history[0].checkpoint_id
+
+
+def test_a_run_given_an_id_writes_its_checkpoints_under_it_and_each_other_run_gets_a_new_one() -> None:
+    saver = MemorySaver()
+    app = _two_step_graph(saver)
+    app.invoke({"log": []}, RunnableConfig(thread_id="t", run_id="turn-1"))
+    app.invoke({"log": []}, RunnableConfig(thread_id="t"))
+    run_ids = [c.run_id for c in reversed(saver.list("t"))]
+    assert run_ids[:3] == ["turn-1"] * 3 and len(set(run_ids[3:])) == 1 and run_ids[3] != "turn-1"
+    with pytest.raises(InvalidConfigError, match="run_id"):
+        RunnableConfig(thread_id="t", run_id=" ")
 
 
 def test_state_of_an_unknown_thread_is_empty() -> None:
