@@ -264,3 +264,33 @@ def test_a_run_stops_where_it_is_asked_takes_its_context_and_is_steered_by_a_com
         client.runs.wait(thread, "steps", input={"log": []}, interrupt_before=["nowhere"])
     with _http_error(422):
         list(client.runs.stream(thread, "steps", input={"log": []}, stream_mode="events"))
+
+
+def test_a_subgraphs_inner_steps_are_streamed_under_its_namespace_when_asked(
+    serve: Callable[[ASGIApp], Server],
+) -> None:
+    def write(state: dict[str, Any], run: RunInfo) -> dict[str, Any]:
+        run.write("inside")
+        return {"log": ["inner"]}
+
+    inner = (
+        StateGraph({"log": KeyStrategy.APPEND}).add_node("work", write).add_edge(START, "work").add_edge("work", END)
+    )
+    outer = (
+        StateGraph({"log": KeyStrategy.APPEND})
+        .add_node("sub", inner.compile())
+        .add_node("after", lambda state: {"log": ["after"]})
+        .add_edge(START, "sub").add_edge("sub", "after").add_edge("after", END)
+        .compile(checkpointer=MemorySaver())
+    )  # fmt: skip
+    client = _client(serve(create_app({"outer": outer})))
+    thread = client.threads.create()["thread_id"]
+    modes: Any = ["updates", "custom"]
+
+    flat = [p.event for p in client.runs.stream(thread, "outer", input={"log": []}, stream_mode=modes)]
+    nested = list(client.runs.stream(thread, "outer", input={"log": []}, stream_mode=modes, stream_subgraphs=True))
+
+    assert flat == ["metadata", "custom", "updates", "updates"]
+    assert [p.event for p in nested] == ["metadata", "custom|sub", "updates|sub", "updates", "updates"]
+    assert nested[2].data == {"work": {"log": ["inner"]}}
+    assert [list(p.data) for p in nested if p.event == "updates"] == [["sub"], ["after"]]
