@@ -70,3 +70,53 @@ def test_leaving_closes_the_models_http_stream_rewinds_and_the_next_request_is_o
     thanked = post_turn(server.url, "t", {"input": {"messages": "Thanks!"}})
     assert thanked[-1][0] == "values" and thanked[-1][1]["messages"][-1]["content"] == "You're welcome."
     scenario.check_next_accepted(saver)
+
+
+def _reached(scenario: Scenario) -> None:
+    """Wait until the held weather turn is at its scenario's phase."""
+    if scenario.phase == "while the tool runs":
+        assert scenario.tool_started.wait(WAIT)
+    else:  # the model's answer is held at the gate: before any text, mid-answer, or after the tool
+        scenario.gate.wait_for_arrivals(1, WAIT)
+
+
+ENDINGS = [
+    *((phase, "cancel") for phase in PHASES),
+    ("while the answer streams", "cancel with rollback"),
+    ("while the tool runs", "a newer run that rolls back"),
+    ("between the tool and the answer", "a newer run that interrupts"),
+]
+
+
+@pytest.mark.parametrize(("phase", "ending"), ENDINGS)
+def test_a_background_run_cancelled_or_replaced_closes_the_models_stream_and_rewinds(
+    phase: str,
+    ending: str,
+    serve: Callable[[ASGIApp], Server],
+    scenarios: Callable[[str, CheckpointSaver], Scenario],
+) -> None:
+    saver = RewindWatch(MemorySaver())
+    scenario = scenarios(phase, saver)
+    server = serve(create_app(scenario.agent))
+    with closing(get_sync_client(url=server.url)) as client:
+        client.threads.create(thread_id="t")
+        client.runs.wait("t", "agent", input={"messages": "Hi"})
+        before = saver.get("t")
+        assert before is not None
+        run = client.runs.create("t", "agent", input=ASK)
+        _reached(scenario)
+
+        thanks = {"messages": "Thanks!"}
+        if ending.startswith("cancel"):
+            client.runs.cancel(
+                "t", run["run_id"], wait=True, action="rollback" if "rollback" in ending else "interrupt"
+            )
+            scenario.check_left(saver, before)
+            client.runs.wait("t", "agent", input=thanks)
+        else:
+            strategy: Any = "rollback" if "rolls back" in ending else "interrupt"
+            client.runs.wait("t", "agent", input=thanks, multitask_strategy=strategy)
+            scenario.check_left(saver, before)
+        scenario.check_next_accepted(saver)
+        runs = {r["run_id"]: r["status"] for r in client.runs.list("t")}
+        assert runs.get(run["run_id"]) == (None if "rollback" in ending or "rolls back" in ending else "interrupted")
