@@ -116,6 +116,14 @@ class _Threads:
             wanted = set(body.ids)
             records = [r for r in records if r.thread_id in wanted]
         records = [r for r in records if all(r.metadata.get(k) == v for k, v in body.metadata.items())]
+        if body.status is None and body.values is None and body.sort_by in (None, "created_at", "thread_id"):
+            # Known from the records alone: only the page's threads are read.
+            if body.sort_by == "thread_id":
+                records.sort(key=lambda r: r.thread_id, reverse=body.sort_order != "asc")
+            elif body.sort_order == "asc":
+                records.reverse()
+            records = records[body.offset : body.offset + body.limit]
+            body = body.model_copy(update={"offset": 0, "sort_by": None})
         found = []
         for record in records:
             snapshot = self.s.snapshot(self.s.graph_for(record), record.thread_id)

@@ -28,7 +28,7 @@ from .._log import log
 from ..agent._model import ChatChunk
 from ..checkpoint._base import CheckpointSaver
 from ..errors import ModelAPIError, RunInterruptedError, ThreadBusyError
-from ..graph._config import RunnableConfig
+from ..graph._config import MultitaskPolicy, RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
 from ..messages._langchain import to_langchain
 from ..messages._types import ToolMessage
@@ -40,6 +40,14 @@ from ._targets import Target
 from ._wire import chunk_json, interrupt_json, wire, wire_update
 
 __all__ = ["ActiveRun", "EventLog", "RunEncoder", "RunManager"]
+
+_POLICIES: dict[str, MultitaskPolicy] = {
+    "reject": "reject",
+    "enqueue": "enqueue",
+    "interrupt": "interrupt",
+    "rollback": "interrupt",
+}
+"""The graph's multitask policy for each strategy (a rollback interrupts, then deletes the run it interrupted)."""
 
 _KEPT_LOGS = 256
 """Ended runs whose events stay in memory, for a client that joins or reconnects after the end."""
@@ -283,7 +291,8 @@ class RunManager(RelayHandlers):
             run_id=run_id,  # its checkpoints say which run wrote them, by the id clients know it by
             checkpoint_id=body.start_from,
             context={**_configurable(body.config), **body.context},
-            multitask="interrupt" if body.multitask_strategy in ("interrupt", "rollback") else "enqueue",
+            # The graph's own slots hold the thread against a run elsewhere (another process): as the strategy says.
+            multitask=_POLICIES[body.multitask_strategy],
             **({"recursion_limit": body.config["recursion_limit"]} if "recursion_limit" in body.config else {}),
         )
         source = target.outputs(  # cold: nothing runs until it is iterated

@@ -125,6 +125,8 @@ def test_threads_are_created_found_by_metadata_updated_and_deleted(
     assert [t["thread_id"] for t in client.threads.search(metadata={"user": "ann"})] == ["t-1"]
     assert len(client.threads.search(limit=1)) == 1
     assert [t["thread_id"] for t in client.threads.search(offset=1)] == ["t-1"]  # newest first
+    assert [t["thread_id"] for t in client.threads.search(sort_by="created_at", sort_order="asc")] == ["t-1", "t-2"]
+    assert [t["thread_id"] for t in client.threads.search(sort_by="thread_id", sort_order="desc", limit=1)] == ["t-2"]
     client.runs.wait("t-1", "agent", input=ASK)
     assert [t["thread_id"] for t in client.threads.search(status="idle", metadata={"user": "ann"})] == ["t-1"]
 
