@@ -306,6 +306,7 @@ class _Runs:
         if record.status in ACTIVE:
             raise refuse(409, f"run {record.run_id!r} is {record.status}; cancel it first")
         await run_in_threadpool(self.s.registry.delete_run, record.run_id)
+        self.s.runs.forget(record.run_id)
         return Response(status_code=204)
 
 

@@ -268,6 +268,10 @@ class RunManager(RelayHandlers):
         if run is not None:
             self.cancel(run, action)
 
+    def forget(self, run_id: str) -> None:
+        """Drop an ended run (its record was deleted): it is found no more."""
+        self._ended.pop(run_id, None)
+
     def busy(self, thread_id: str) -> bool:
         return bool(self._by_thread.get(thread_id))
 

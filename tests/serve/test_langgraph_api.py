@@ -173,6 +173,8 @@ def test_a_background_run_is_joined_and_read_back(saver: RewindWatch, serve: Cal
     assert tool.started.wait(10)
     assert client.threads.get(thread["thread_id"])["status"] == "busy"
     assert client.runs.get(thread["thread_id"], run["run_id"])["status"] == "running"
+    with _http_error(409):
+        client.runs.delete(thread["thread_id"], run["run_id"])  # a run still going is cancelled, not deleted
     tool.released.set()
 
     joined = client.runs.join(thread["thread_id"], run["run_id"])
@@ -183,6 +185,10 @@ def test_a_background_run_is_joined_and_read_back(saver: RewindWatch, serve: Cal
     assert replay[0].event == "metadata" and replay[-1].data == joined
     with _http_error(404):
         client.runs.get(thread["thread_id"], "no-such-run")
+    client.runs.delete(thread["thread_id"], run["run_id"])
+    with _http_error(404):
+        client.runs.get(thread["thread_id"], run["run_id"])
+    assert client.runs.list(thread["thread_id"]) == []
 
 
 def _counter() -> Any:
