@@ -3,7 +3,7 @@ clients send; a field rxgraph does not implement is refused when it is set, neve
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +30,16 @@ MultitaskStrategy = Literal["reject", "rollback", "interrupt", "enqueue"]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    NOT_SERVED: ClassVar[tuple[str, ...]] = ()
+    """Fields the clients send that this server does not implement: refused when set."""
+
+    @model_validator(mode="after")
+    def _refuse_what_is_not_served(self) -> Any:
+        for name in self.NOT_SERVED:
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name} is not supported by this server")
+        return self
 
 
 class CheckpointRef(BaseModel):
@@ -77,12 +87,11 @@ class RunCreate(_Body):
     checkpoint_during: bool | None = None
     durability: str | None = None
 
-    @field_validator("webhook", "feedback_keys", "after_seconds")
-    @classmethod
-    def _not_served(cls, value: Any, info: Any) -> Any:
-        if value is not None:
-            raise ValueError(f"{info.field_name} is not supported by this server")
-        return value
+    NOT_SERVED: ClassVar[tuple[str, ...]] = (
+        "webhook",
+        "feedback_keys",
+        "after_seconds",
+    )
 
     @field_validator("stream_mode")
     @classmethod
@@ -124,24 +133,17 @@ class ThreadCreate(_Body):
     supersteps: list[Any] | None = None
     ttl: Any = None
 
-    @field_validator("supersteps", "ttl")
-    @classmethod
-    def _not_served(cls, value: Any, info: Any) -> Any:
-        if value is not None:
-            raise ValueError(f"{info.field_name} is not supported by this server")
-        return value
+    NOT_SERVED: ClassVar[tuple[str, ...]] = (
+        "supersteps",
+        "ttl",
+    )
 
 
 class ThreadPatch(_Body):
     metadata: dict[str, Any] = Field(default_factory=dict)
     ttl: Any = None
 
-    @field_validator("ttl")
-    @classmethod
-    def _not_served(cls, value: Any, info: Any) -> Any:
-        if value is not None:
-            raise ValueError(f"{info.field_name} is not supported by this server")
-        return value
+    NOT_SERVED: ClassVar[tuple[str, ...]] = ("ttl",)
 
 
 class ThreadSearch(_Body):
@@ -156,12 +158,7 @@ class ThreadSearch(_Body):
     select: list[str] | None = None
     extract: Any = None
 
-    @field_validator("extract")
-    @classmethod
-    def _not_served(cls, value: Any, info: Any) -> Any:
-        if value is not None:
-            raise ValueError(f"{info.field_name} is not supported by this server")
-        return value
+    NOT_SERVED: ClassVar[tuple[str, ...]] = ("extract",)
 
 
 class StateUpdate(_Body):

@@ -203,10 +203,12 @@ scripted model."""
 
 
 @contextmanager
-def rxgraph_serve(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, str]]:
+def rxgraph_serve(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, after: list[str] | None = None
+) -> Iterator[tuple[str, str]]:
     """``rxgraph serve ARGS --port 0`` in a subprocess (``env`` added to its environment): yields its URL and what it
     printed until it listened. When the block ends, it is sent SIGINT and must exit cleanly (it is killed if the
-    block failed first)."""
+    block failed first); what it printed from then on is appended to ``after``, if given."""
     server = subprocess.Popen(
         [sys.executable, "-m", "rxgraph", "serve", *args, "--port", "0"],
         stdout=subprocess.PIPE,
@@ -229,6 +231,8 @@ def rxgraph_serve(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -
         server.send_signal(signal.SIGINT)
         rest, _ = server.communicate(timeout=WAIT)
         assert server.returncode == 0, rest
+        if after is not None:
+            after.append(rest)
     finally:
         if server.poll() is None:
             server.kill()

@@ -4,17 +4,14 @@ run's end, and what it refuses (an open address without auth, ``--workers`` with
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from langgraph_sdk import get_sync_client
-from serve._serving import SERVE_ENV, WAIT, leave_when
+from serve._serving import SERVE_ENV, WAIT, leave_when, rxgraph_serve
 
 from rxgraph.cli import main
 
@@ -39,48 +36,6 @@ def who(headers):
 """
 
 
-class Served:
-    """An ``rxgraph serve`` process: its URL, what it printed until it listened, and (once stopped) the rest."""
-
-    def __init__(self, url: str, said: str) -> None:
-        self.url = url
-        self.said = said
-        self.rest = ""
-
-
-@contextmanager
-def served(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Iterator[Served]:
-    """``rxgraph serve ARGS --port 0`` in a subprocess (with ``env`` added to its environment), stopped with SIGINT
-    when the block ends; it must exit cleanly."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rxgraph", "serve", *args, "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=cwd,
-        env={**SERVE_ENV, **(env or {})},
-    )
-    try:
-        assert server.stdout is not None
-        said: list[str] = []
-        started = None
-        for line in server.stdout:
-            said.append(line)
-            started = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
-            if started:
-                break
-        assert started, "".join(said)
-        process = Served(started.group(1), "".join(said))
-        yield process
-        server.send_signal(signal.SIGINT)
-        process.rest, _ = server.communicate(timeout=WAIT)
-        assert server.returncode == 0, process.rest
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-
-
 @pytest.fixture
 def here(tmp_path: Path) -> Path:
     (tmp_path / "counting.py").write_text(COUNTER, encoding="utf-8")
@@ -97,10 +52,9 @@ def test_several_targets_are_assistants_and_auth_keeps_each_thread_to_its_creato
         "--auth",
         "auth_here:who",
     )
-    with served(*args, cwd=here) as server:
-        url = server.url
-        assert "rxgraph serve: rxgraph.examples.chat:make, counter=counting:make, threads in" in server.said
-        assert "no authentication" not in server.said
+    with rxgraph_serve(*args, cwd=here) as (url, said):
+        assert "rxgraph serve: rxgraph.examples.chat:make, counter=counting:make, threads in" in said
+        assert "no authentication" not in said
         with (
             get_sync_client(url=url, headers={"Authorization": "Bearer ann-token"}) as ann,
             get_sync_client(url=url, headers={"Authorization": "Bearer bob-token"}) as bob,
@@ -124,17 +78,18 @@ def test_settings_come_from_the_environment_and_each_run_end_is_logged(here: Pat
         "RXGRAPH_DB": str(here / "env.db"),
         "RXGRAPH_LOG_LEVEL": "info",
     }
-    with served(cwd=here, env=env) as server:
-        assert f"threads in {here / 'env.db'}" in server.said and "no authentication" in server.said
-        with get_sync_client(url=server.url) as client:
+    rest: list[str] = []
+    with rxgraph_serve(cwd=here, env=env, after=rest) as (url, said):
+        assert f"threads in {here / 'env.db'}" in said and "no authentication" in said
+        with get_sync_client(url=url) as client:
             client.runs.wait("t", "agent", input={"messages": "Hi"}, if_not_exists="create")
             # Cut the next turn once its answer has started: it is cancelled and rewound, and the log says so.
-            leave_when(server.url, "t", {"input": {"messages": "Tell me a story"}}, lambda name, _: name == "messages")
+            leave_when(url, "t", {"input": {"messages": "Tell me a story"}}, lambda name, _: name == "messages")
             cut = client.runs.list("t")[0]["run_id"]
             client.runs.join("t", cut)
             head = client.threads.get_state("t")["checkpoint"]["checkpoint_id"]
-    assert re.search(r"INFO: +rxgraph: run \S+ on thread t completed", server.rest), server.rest
-    assert f"run {cut} on thread t cancelled; the thread is rewound to checkpoint {head}" in server.rest
+    assert re.search(r"INFO: +rxgraph: run \S+ on thread t completed", rest[0]), rest
+    assert f"run {cut} on thread t cancelled; the thread is rewound to checkpoint {head}" in rest[0]
 
 
 def test_rxgraph_serve_refuses_an_open_address_without_auth_and_workers_without_postgres(
