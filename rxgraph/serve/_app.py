@@ -23,7 +23,7 @@ from ..graph._compiled import CompiledGraph
 from ._api_assistants import assistant_routes
 from ._api_runs import run_routes
 from ._api_threads import thread_routes
-from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck
+from ._guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, HostCheck, OriginCheck
 from ._registries import registry_for, relay_for
 from ._runs import RunManager
 from ._service import Auth, Refusal, Service, answer
@@ -112,7 +112,6 @@ def create_app(
         runs=RunManager(registry, first.graph.checkpointer, lambda thread_id: _forget(service, thread_id), relay),
         auth=auth,
         max_body=max_body,
-        allowed_origins=frozenset(allowed_origins),
     )
     routes = [
         Route("/ok", _ok, methods=["GET"]),
@@ -151,6 +150,8 @@ def create_app(
                 allow_credentials=True,
             )
         )
+    # Outermost first: the host is checked before anything, CORS answers preflights, then the origin of a change.
+    middleware.append(Middleware(OriginCheck, allowed=frozenset(allowed_origins)))
     return Starlette(
         routes=routes,
         exception_handlers={Refusal: _refused},

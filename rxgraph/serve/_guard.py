@@ -11,17 +11,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["DEFAULT_MAX_BODY", "LOOPBACK_HOSTS", "HostCheck", "read_body"]
+__all__ = ["DEFAULT_MAX_BODY", "LOOPBACK_HOSTS", "HostCheck", "OriginCheck", "read_body"]
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 """The largest request body ``create_app`` takes by default, in bytes (10 MiB)."""
 
 
-async def read_body(request: Request, *, max_body: int, allowed_origins: Collection[str]) -> bytes | Response:
+async def read_body(request: Request, *, max_body: int) -> bytes | Response:
     """The request's body, or the response that refuses it without reading further: 415 for a body that is not
-    ``application/json``, 403 for a browser's request from another site (its ``Origin`` is neither this server's
-    host nor one of ``allowed_origins``), 413 for a body longer than ``max_body`` bytes (said by its
-    ``Content-Length``, or found while reading it).
+    ``application/json`` (which a browser does not send to another site without asking first), 413 for a body
+    longer than ``max_body`` bytes (said by its ``Content-Length``, or found while reading it).
 
     Raises:
         ClientDisconnect: the client went away before its body was whole.
@@ -31,13 +30,6 @@ async def read_body(request: Request, *, max_body: int, allowed_origins: Collect
         return _refuse(
             415,
             f"a request's body is JSON: send it with Content-Type: application/json (got {media_type or 'none'!r})",
-        )
-    origin = request.headers.get("origin")
-    if origin is not None and origin not in allowed_origins and _other_site(origin, request.headers.get("host", "")):
-        return _refuse(
-            403,
-            f"a request from {origin!r}, another site, cannot start a run here; a server that serves a page of "
-            "another origin lists it in create_app(allowed_origins=...)",
         )
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
@@ -50,6 +42,30 @@ async def read_body(request: Request, *, max_body: int, allowed_origins: Collect
             return _too_large(max_body)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class OriginCheck:
+    """ASGI middleware: answer 403 to a browser's request that changes something (any method but ``GET``,
+    ``HEAD`` and ``OPTIONS``) sent from another site — its ``Origin`` is neither this server nor one of
+    ``allowed`` — whatever its body: a cancel or a delete has none."""
+
+    def __init__(self, app: ASGIApp, allowed: Collection[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and origin not in self.allowed and _other_site(origin, headers.get("host", "")):
+                refused = _refuse(
+                    403,
+                    f"a request from {origin!r}, another site, cannot change anything here; a server that serves "
+                    "a page of another origin lists it in create_app(allowed_origins=...)",
+                )
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _other_site(origin: str, host: str) -> bool:

@@ -67,7 +67,6 @@ class Service:
     runs: RunManager
     auth: Auth | None
     max_body: int
-    allowed_origins: frozenset[str]
 
     async def identity(self, request: Request) -> str | None:
         """The caller's identity (``None`` without auth).
@@ -92,10 +91,10 @@ class Service:
         """The request's JSON body, checked.
 
         Raises:
-            Refusal: 415 / 403 / 413 (``read_body``'s), or 422 with what is wrong.
+            Refusal: 415 / 413 (``read_body``'s), or 422 with what is wrong.
         """
         try:
-            raw = await read_body(request, max_body=self.max_body, allowed_origins=self.allowed_origins)
+            raw = await read_body(request, max_body=self.max_body)
         except ClientDisconnect:
             raise refuse(400, "the client went away before its request was whole") from None
         if isinstance(raw, Response):

@@ -54,10 +54,18 @@ def test_a_browser_request_from_another_site_is_refused_with_403_unless_its_orig
     for origin in ("https://evil.example", "null", "http://127.0.0.1:1"):
         refused = httpx.post(url, json=HELLO, headers={"origin": origin}, timeout=WAIT)
         assert refused.status_code == 403, origin
-        assert refused.json()["detail"].startswith(f"a request from {origin!r}, another site, cannot start a run")
+        assert refused.json()["detail"].startswith(f"a request from {origin!r}, another site, cannot change")
         assert "access-control-allow-origin" not in refused.headers
     assert saver.threads() == []
     _no_thread(server)
+    # A change without a body is refused alike: another site's page cannot cancel a run or delete a thread.
+    with get_sync_client(url=server.url) as client:
+        client.threads.create(thread_id="kept")
+    evil = {"origin": "https://evil.example"}
+    for method, path in (("POST", "/threads/kept/runs/r/cancel"), ("DELETE", "/threads/kept")):
+        assert httpx.request(method, server.url + path, headers=evil, timeout=WAIT).status_code == 403, path
+    assert httpx.get(server.url + "/threads/kept", headers=evil, timeout=WAIT).status_code == 200  # a read is not
+    httpx.delete(server.url + "/threads/kept", timeout=WAIT).raise_for_status()
     own = httpx.post(url, json=HELLO, headers={"origin": server.url}, timeout=WAIT)
     again = run_body({"input": {"messages": "Again?"}})
     allowed = httpx.post(url, json=again, headers={"origin": "https://app.example"}, timeout=WAIT)
