@@ -320,7 +320,8 @@ class RunManager(RelayHandlers):
             assistant_id=target.name,
             owner=owner,
             status="pending",
-            kwargs=body.model_dump(mode="json", exclude_defaults=True),
+            # The run's context may hold what must not be kept (a user's token): the record leaves it out.
+            kwargs=body.model_dump(mode="json", exclude_defaults=True, exclude={"context"}),
             metadata=body.metadata,
             multitask_strategy=strategy,
         )

@@ -261,6 +261,8 @@ def test_a_run_stops_where_it_is_asked_takes_its_context_and_is_steered_by_a_com
     )
 
     assert [p.data for p in parts if p.event == "custom"] == [{"user": "ann", "plan": "pro"}]
+    [run] = client.runs.list(thread)
+    assert "context" not in run["kwargs"] and run["kwargs"]["interrupt_before"] == ["third"]  # context is not kept
     assert [list(p.data) for p in parts if p.event == "updates"] == [["first"], ["second"], ["__interrupt__"]]
     assert client.threads.get_state(thread)["next"] == ["third"]
     assert client.runs.wait(thread, "steps", input=None) == {"log": ["first", "second", "third"]}
