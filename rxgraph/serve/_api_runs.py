@@ -29,7 +29,7 @@ from ..errors import (
     UnsafeHistoryError,
 )
 from ._api_requests import RunCreate
-from ._registry import ACTIVE, RunRecord, ThreadRecord
+from ._registry import RunRecord, ThreadRecord, live, shown_status
 from ._relay import CancelAction
 from ._runs import ActiveRun
 from ._service import Refusal, Service, answer, refuse
@@ -174,7 +174,7 @@ class _Runs:
                 continue
             # Quiet: the run may have ended in a process that is gone (its events never close). Its record says.
             found = await run_in_threadpool(self.s.registry.get_run, record.run_id)
-            if found is None or found.status not in ACTIVE:
+            if found is None or not live(found):
                 events, ended = await run_in_threadpool(relay.read, record.run_id, number)
                 for number, event, data in events:
                     yield number, event, data
@@ -257,7 +257,7 @@ class _Runs:
             raise refuse(422, "limit and offset must be whole numbers") from None
         status = request.query_params.get("status")
         records = await run_in_threadpool(self.s.registry.runs, thread.thread_id)
-        records = [r for r in records if status is None or r.status == status]
+        records = [r for r in records if status is None or shown_status(r) == status]
         return answer([run_json(r) for r in records[offset : offset + limit]])
 
     async def join(self, request: Request) -> Response:
@@ -266,7 +266,7 @@ class _Runs:
         if run is not None:
             await run.ended.wait()
             return answer(await self._result(run))
-        while record.status in ACTIVE:  # executing in another process: its record says when it ends
+        while live(record):  # executing in another process: its record says when it ends (or that it died)
             await asyncio.sleep(_POLL)
             found = await run_in_threadpool(self.s.registry.get_run, record.run_id)
             if found is None:
@@ -288,7 +288,7 @@ class _Runs:
                 await self.s.runs.wait(run)
                 return Response(status_code=204)
             return Response(status_code=202)
-        if record.status not in ACTIVE:
+        if not live(record):
             return Response(status_code=204)
         if not self.s.relay.shared:  # a record left by a process that stopped: nothing runs it
             raise refuse(409, f"run {record.run_id!r} is {record.status}, but no server process executes it")
@@ -296,14 +296,15 @@ class _Runs:
         if not wait:
             return Response(status_code=202)
         while (found := await run_in_threadpool(self.s.registry.get_run, record.run_id)) is not None:
-            if found.status not in ACTIVE:
+            if not live(found):
                 break
             await asyncio.sleep(_POLL)
         return Response(status_code=204)
 
     async def delete(self, request: Request) -> Response:
         record = await self._record(request)
-        if record.status in ACTIVE:
+        local = self.s.runs.get(record.run_id)
+        if not local.ended.is_set() if local is not None else live(record):
             raise refuse(409, f"run {record.run_id!r} is {record.status}; cancel it first")
         await run_in_threadpool(self.s.registry.delete_run, record.run_id)
         self.s.runs.forget(record.run_id)

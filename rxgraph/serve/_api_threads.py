@@ -16,7 +16,7 @@ from ..errors import CheckpointNotFoundError, GraphValidationError, InvalidUpdat
 from ..graph._config import RunnableConfig
 from ..graph._outputs import StateSnapshot
 from ._api_requests import HistoryQuery, StateQuery, StateUpdate, ThreadCreate, ThreadPatch, ThreadSearch
-from ._registry import ThreadRecord
+from ._registry import ThreadRecord, live
 from ._service import Service, answer, refuse, rx_refusal
 from ._wire import state_json, thread_json
 
@@ -90,6 +90,9 @@ class _Threads:
         for run in list(self.s.runs.running_on(record.thread_id)):
             self.s.runs.cancel(run)
             await self.s.runs.wait(run)
+        for elsewhere in await run_in_threadpool(self.s.registry.runs, record.thread_id):
+            if live(elsewhere) and self.s.runs.get(elsewhere.run_id) is None:
+                self.s.relay.request_cancel(elsewhere.run_id, "interrupt")  # a run of another server process
         await run_in_threadpool(self._remove, record.thread_id)
         return Response(status_code=204)
 

@@ -131,6 +131,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         relay.open(asyncio.get_running_loop(), service.runs)
+        service.runs.open()
         try:
             yield
         finally:

@@ -16,7 +16,19 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
 
-__all__ = ["ACTIVE", "MemoryRegistry", "Registry", "RunRecord", "RunStatus", "ThreadRecord", "now"]
+__all__ = [
+    "ACTIVE",
+    "HEARTBEAT",
+    "LEASE",
+    "MemoryRegistry",
+    "Registry",
+    "RunRecord",
+    "RunStatus",
+    "ThreadRecord",
+    "live",
+    "now",
+    "shown_status",
+]
 
 RunStatus: TypeAlias = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 """A run's status, as LangGraph's server names them: waiting for its thread, running, or how it ended
@@ -24,6 +36,24 @@ RunStatus: TypeAlias = Literal["pending", "running", "error", "success", "timeou
 
 ACTIVE: frozenset[RunStatus] = frozenset({"pending", "running"})
 """The statuses of a run that has not ended."""
+
+HEARTBEAT = 10.0
+"""Seconds between the times a server process touches the records of the runs it executes (``touch_runs``)."""
+
+LEASE = 3 * HEARTBEAT
+"""How long a run's record counts as live after it was last touched: the record of a run whose process died (killed,
+say) stops counting as pending or running after this long, so its thread is not busy forever."""
+
+
+def live(record: RunRecord, at: datetime | None = None) -> bool:
+    """Whether a run's record says it has not ended, and was touched by its process within ``LEASE``."""
+    return record.status in ACTIVE and ((at or now()) - record.updated_at).total_seconds() < LEASE
+
+
+def shown_status(record: RunRecord) -> RunStatus:
+    """A run's status as clients see it: a record that says pending or running but that its process stopped touching
+    (the process died) shows ``error``."""
+    return "error" if record.status in ACTIVE and not live(record) else record.status
 
 
 def now() -> datetime:
@@ -107,6 +137,14 @@ class Registry(abc.ABC):
         changed = replace(record, status=status, updated_at=now())
         self.put_run(changed)
         return changed
+
+    def touch_runs(self, run_ids: list[str]) -> None:
+        """Say that this process still executes these runs: their ``updated_at`` is now (see ``LEASE``); a run
+        without a record is left alone."""
+        for run_id in run_ids:
+            record = self.get_run(run_id)
+            if record is not None:
+                self.put_run(replace(record, updated_at=now()))
 
     def close(self) -> None:  # noqa: B027 - a registry in memory has nothing to close
         """Release what the registry holds (connections); it is not used afterwards."""

@@ -34,7 +34,7 @@ from ..messages._langchain import to_langchain
 from ..messages._types import ToolMessage
 from ._api_requests import RunCreate
 from ._outputs import RunOutputs
-from ._registry import Registry, RunRecord, RunStatus, now
+from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, now
 from ._relay import CancelAction, Relay, RelayHandlers
 from ._targets import Target
 from ._wire import chunk_json, interrupt_json, wire, wire_update
@@ -250,6 +250,7 @@ class RunManager(RelayHandlers):
         self._saver = saver
         self._delete_thread = delete_thread
         self._relay = relay
+        self._heartbeat: asyncio.Task[None] | None = None
         self._runs: dict[str, ActiveRun] = {}
         self._by_thread: dict[str, list[ActiveRun]] = {}
         self._ended: OrderedDict[str, ActiveRun] = OrderedDict()
@@ -351,8 +352,25 @@ class RunManager(RelayHandlers):
         with anyio.CancelScope(shield=True):
             await run.ended.wait()
 
+    def open(self) -> None:
+        """Start touching the records of this process's runs every ``HEARTBEAT`` seconds (on the running loop)."""
+        self._heartbeat = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            if self._runs:
+                for run in self._runs.values():
+                    run.record = replace(run.record, updated_at=now())
+                try:
+                    await run_in_threadpool(self._registry.touch_runs, list(self._runs))
+                except Exception:  # the next beat tries again; a run's record outlives a missed one (LEASE)
+                    log.exception("rxgraph.serve: touching the records of this process's runs failed")
+
     async def close(self) -> None:
         """Cancel every run still going, and wait for their rewinds."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         running = list(self._runs.values())
         for run in running:
             self.cancel(run)

@@ -19,7 +19,7 @@ from ..errors import InvalidTypeError, RxGraphError
 from ..graph._config import RunnableConfig
 from ..graph._outputs import StateSnapshot
 from ._guard import read_body
-from ._registry import ACTIVE, Registry, ThreadRecord
+from ._registry import Registry, ThreadRecord, live
 from ._relay import Relay
 from ._runs import RunManager
 from ._targets import Target
@@ -152,9 +152,9 @@ class Service:
         return target.graph.get_state(RunnableConfig(thread_id=thread_id, checkpoint_id=checkpoint_id))
 
     def status(self, thread_id: str, snapshot: StateSnapshot | None) -> str:
-        """``busy`` while a run is pending or running on it (here, or per the records in another process),
+        """``busy`` while a run is pending or running on it (here, or per the live records of another process),
         ``interrupted`` while it waits for a human, ``error`` when its last run failed, ``idle`` otherwise."""
-        if self.runs.busy(thread_id) or any(r.status in ACTIVE for r in self.registry.runs(thread_id)):
+        if self.runs.busy(thread_id) or any(live(r) for r in self.registry.runs(thread_id)):
             return "busy"
         if snapshot is None or snapshot.checkpoint is None:
             return "idle"

@@ -18,7 +18,7 @@ from ..graph._interrupt import PendingInterrupt
 from ..graph._outputs import StateSnapshot
 from ..messages._langchain import message_id, to_langchain
 from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from ._registry import RunRecord, ThreadRecord
+from ._registry import RunRecord, ThreadRecord, shown_status
 
 __all__ = [
     "assistant_json",
@@ -190,7 +190,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "assistant_id": record.assistant_id,
         "created_at": _time(record.created_at),
         "updated_at": _time(record.updated_at),
-        "status": record.status,
+        "status": shown_status(record),
         "metadata": to_json(record.metadata),
         "kwargs": to_json(record.kwargs),
         "multitask_strategy": record.multitask_strategy,

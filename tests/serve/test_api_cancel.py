@@ -6,6 +6,8 @@ is its pre-turn state and the next turn's model request is valid. Also ``reject`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,10 +20,12 @@ from serve._serving import WAIT, RewindWatch, Server, leave_when
 from serve.test_app import CALL, Tool
 from starlette.types import ASGIApp
 
-from rxgraph import MemorySaver
+from rxgraph import MemorySaver, SqliteSaver
 from rxgraph.agent import ChatChunk, ReactAgent, ToolSpec
 from rxgraph.messages import Message, ToolMessage, UserMessage, check_request
 from rxgraph.serve import create_app
+from rxgraph.serve._registry import LEASE, RunRecord
+from rxgraph.serve._registry_sqlite import SqliteRegistry
 from rxgraph.testing import finish, text
 
 ASK = {"messages": [{"type": "human", "content": "Weather in Paris?"}]}
@@ -189,3 +193,33 @@ def test_a_run_started_with_on_disconnect_continue_outlives_its_stream(
     final = client.runs.join("t", run["run_id"])
     assert final["messages"][-1]["content"] == "Sunny today."
     assert saver.rewinds == []
+
+
+def test_the_record_of_a_run_whose_process_died_stops_counting_as_running(
+    tmp_path: Path, serve: Callable[[ASGIApp], Server]
+) -> None:
+    saver = SqliteSaver(tmp_path / "t.db")
+    server = serve(create_app(ReactAgent(ReadingModel(), checkpointer=saver)))
+    others = SqliteRegistry(str(tmp_path / "t.db"))  # what another server process on the file wrote
+    try:
+        with get_sync_client(url=server.url) as client:
+            client.threads.create(thread_id="t")
+            moment = datetime.now(UTC)
+
+            def record(run_id: str, touched: float) -> RunRecord:
+                at = moment - timedelta(seconds=touched)
+                return RunRecord(run_id, "t", "agent", None, "running", {}, {}, "enqueue", at, at)
+
+            others.put_run(record("live", LEASE / 3))
+            assert client.threads.get("t")["status"] == "busy"
+            assert client.runs.get("t", "live")["status"] == "running"
+            others.put_run(record("live", LEASE * 2))  # its process stopped touching it: it died
+            assert client.threads.get("t")["status"] == "idle"
+            assert client.runs.get("t", "live")["status"] == "error"
+            assert client.runs.list("t", status="error")[0]["run_id"] == "live"
+            client.runs.cancel("t", "live", wait=True)  # nothing to wait for
+            assert client.runs.join("t", "live") == {}
+            client.runs.delete("t", "live")
+    finally:
+        others.close()
+        saver.close()
