@@ -328,12 +328,19 @@ class RunManager(RelayHandlers):
         )
         before = list(queue)
         run = ActiveRun(record, EventLog(), temporary)
-        queue.append(run)
+        queue.append(run)  # in line before the first await: a run started meanwhile sees it
         self._runs[run.run_id] = run
+        try:
+            await run_in_threadpool(self._registry.put_run, record)
+        except BaseException:
+            queue.remove(run)
+            del self._runs[run.run_id]
+            if not queue:
+                self._by_thread.pop(thread_id, None)
+            raise
         if strategy in ("interrupt", "rollback"):
             for earlier in before:
                 self.cancel(earlier, "rollback" if strategy == "rollback" else "interrupt")
-        await run_in_threadpool(self._registry.put_run, record)
         if body.stream_resumable and self._relay.shared:  # its stream is read from any process, from the start
             self.follow_requested(run.run_id)
         run.task = asyncio.create_task(self._execute(run, source, body, before))
