@@ -80,6 +80,12 @@ class Sizes:
     # fanout: a run with this many parallel branches against a run with one, this many repetitions each
     fanout_branches: int
     fanout_repeats: int
+    # relay: a run's events followed from another server process: a burst of this many, this many paced at one
+    # every relay_interval seconds, each kind of round this many times
+    relay_events: int
+    relay_paced_events: int
+    relay_interval: float
+    relay_rounds: int
     # repetitions (or turns, on a separate thread) thrown away before measuring
     warmup: int
     # half-width of the window of turns whose median is reported at a mark
@@ -113,6 +119,10 @@ FULL = Sizes(
     postgres_writer_turns=100,
     fanout_branches=100,
     fanout_repeats=31,
+    relay_events=5000,
+    relay_paced_events=300,
+    relay_interval=0.01,
+    relay_rounds=3,
     warmup=3,
     window=5,
 )
@@ -137,6 +147,10 @@ QUICK = Sizes(
     postgres_writer_turns=25,
     fanout_branches=100,
     fanout_repeats=9,
+    relay_events=1000,
+    relay_paced_events=100,
+    relay_interval=0.01,
+    relay_rounds=1,
     warmup=2,
     window=3,
 )
@@ -161,6 +175,10 @@ TINY = Sizes(
     postgres_writer_turns=2,
     fanout_branches=20,
     fanout_repeats=3,
+    relay_events=20,
+    relay_paced_events=5,
+    relay_interval=0.002,
+    relay_rounds=1,
     warmup=1,
     window=1,
     collect_garbage=False,

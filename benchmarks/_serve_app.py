@@ -3,13 +3,16 @@
 - ``model``: a local OpenAI-compatible model server (``rxgraph.testing.ChatCompletionsServer``) that answers a user
   message with a tool call and a tool answer with a short streamed text.
 - ``rxgraph``: ``rxgraph.serve.create_app`` for a ``ReactAgent`` (``OpenAIChatModel`` on that model server, one
-  tool, ``SqliteSaver``) on uvicorn.
+  tool, ``SqliteSaver``) on uvicorn: LangGraph's server API, the agent as the assistant ``agent``.
 - ``langgraph``: LangGraph's prebuilt ReAct agent (``ChatOpenAI`` on that model server, the same tool,
-  ``AsyncSqliteSaver``) behind an equivalent Starlette SSE endpoint, on uvicorn.
+  ``AsyncSqliteSaver``) behind an equivalent Starlette SSE endpoint, on uvicorn: ``POST /threads/{id}/runs/stream``
+  with ``{"input": TEXT}``, a ``chunk`` event per streamed message chunk, then ``end`` (or ``error``, with the
+  exception's type and message, for a turn that failed).
 
 Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The two app
-servers also answer ``GET /_stall``: the longest delay (and the 99th percentile) of a 2 ms timer on their event loop
-since the last call — how long the loop was kept from serving anything else.
+servers also answer ``GET /_stall?start=1``, which starts a 2 ms timer on their event loop, and ``GET /_stall``,
+which stops it and answers its longest delay (and 99th percentile) since the start — how long the loop was kept from
+serving anything else — so that a server idle between its rounds spends nothing on being watched.
 
 All three servers keep an idle connection open for ``KEEP_ALIVE`` seconds, far longer than their clients keep one
 (httpx: 5 s), so that only a client ever closes an idle connection (see ``KEEP_ALIVE``).
@@ -123,12 +126,28 @@ class StallMonitor:
         self.episodes: dict[int, float] = {}
         self.samples: dict[int, list[list[str]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._watching = threading.Event()  # the sampler thread runs while it is set
         self._beat = (0, time.perf_counter())
 
-    async def _watch(self) -> None:
+    def _start(self) -> None:
+        self._stop()
+        self.lags, self.episodes, self.samples = [], {}, {}
+        WATCH.report()  # the counts start from here too
+        self._beat = (0, time.perf_counter())
+        self._watching = threading.Event()
+        self._watching.set()
+        self._task = asyncio.get_running_loop().create_task(self._watch(self._watching))
+
+    def _stop(self) -> None:
+        self._watching.clear()
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _watch(self, watching: threading.Event) -> None:
         loop = asyncio.get_running_loop()
         WATCH.loop_thread = threading.get_ident()
-        threading.Thread(target=self._sample, daemon=True).start()
+        threading.Thread(target=self._sample, args=(watching,), daemon=True).start()
         count = 0
         while True:
             count += 1
@@ -140,9 +159,9 @@ class StallMonitor:
             if lag > self.sample_after:
                 self.episodes[count] = lag
 
-    def _sample(self) -> None:
+    def _sample(self, watching: threading.Event) -> None:
         # Cheap on purpose (no source lines read): it competes for the same interpreter as the loop it watches.
-        while True:
+        while watching.is_set():
             time.sleep(0.002)
             count, beat = self._beat
             if time.perf_counter() - beat - self.period > self.sample_after:
@@ -173,10 +192,13 @@ class StallMonitor:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._task is None and scope["type"] == "http":
-            self._task = asyncio.get_running_loop().create_task(self._watch())
         if scope["type"] == "http" and scope["path"] == "/_stall":
-            payload = json.dumps(self.report()).encode()
+            if b"start" in scope.get("query_string", b""):
+                self._start()
+                payload = b"{}"
+            else:
+                self._stop()
+                payload = json.dumps(self.report()).encode()
             headers = [(b"content-type", b"application/json")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
@@ -242,13 +264,17 @@ def _langgraph_app(model_url: str, db: str) -> ASGIApp:
         agent = holder["agent"]
 
         async def events() -> AsyncIterator[dict[str, str]]:
-            async for chunk, metadata in agent.astream(
-                {"messages": [{"role": "user", "content": body["input"]}]}, config, stream_mode="messages"
-            ):
-                yield {
-                    "event": "chunk",
-                    "data": json.dumps({"node": metadata.get("langgraph_node"), "content": chunk.content}),
-                }
+            try:
+                async for chunk, metadata in agent.astream(
+                    {"messages": [{"role": "user", "content": body["input"]}]}, config, stream_mode="messages"
+                ):
+                    yield {
+                        "event": "chunk",
+                        "data": json.dumps({"node": metadata.get("langgraph_node"), "content": chunk.content}),
+                    }
+            except Exception as error:  # the turn failed: its client is told why, as rxgraph's server tells its own
+                yield {"event": "error", "data": json.dumps({"error": type(error).__name__, "message": str(error)})}
+                return
             yield {"event": "end", "data": json.dumps({"thread_id": request.path_params["thread_id"]})}
 
         return EventSourceResponse(events())

@@ -90,3 +90,40 @@ def test_the_fanout_benchmark_fails_when_a_run_did_not_collect_every_branch() ->
     check_collected({"out": [0, 1, 2]}, 3, "rxgraph")
     with pytest.raises(RuntimeError, match=r"rxgraph: a run with 3 branches collected \[0, 2\], expected \[0, 1, 2\]"):
         check_collected({"out": [0, 2]}, 3, "rxgraph")
+
+
+def test_a_served_turn_completes_only_with_its_answer_and_a_failed_one_says_why() -> None:
+    from benchmarks._serve_app import ANSWER
+    from benchmarks.serve import Turn, _answered
+
+    human = {"type": "human", "content": "What's the weather?"}
+    answered = {"messages": [human, {"type": "ai", "content": "".join(ANSWER), "tool_calls": []}]}
+    cut = {"messages": [human, {"type": "ai", "content": "", "tool_calls": [{"name": "weather", "args": {}}]}]}
+
+    assert _answered(json.dumps(answered)) is None
+    assert _answered(None) == "no values event"
+    missing = _answered(json.dumps(cut))
+    assert missing is not None and "tool_calls" in missing
+    turn = Turn("t-1", status=200, missing=missing, server="run r-1 error: ModelAPIError")
+    assert not turn.ok
+    assert turn.reason().startswith("the stream closed without the answer (its last values event ends with")
+    assert turn.describe().endswith("; the server: run r-1 error: ModelAPIError")
+    assert Turn("t-2", status=200, completed=True).ok
+    assert not Turn("t-3", status=200, completed=True, error='{"error":"ModelAPIError"}').ok
+
+
+def test_the_relay_benchmark_finds_lost_repeated_and_reordered_events() -> None:
+    from benchmarks.relay import _Follower
+
+    def follower(numbers: list[int]) -> _Follower:
+        seen = _Follower("B")
+        seen.received = [(i, 0.0, 1.0) for i in numbers]
+        return seen
+
+    assert follower([0, 1, 2]).check(3) is None
+    assert follower([0, 2]).check(3) == "2 of 3 events: 1 lost, 0 repeated, 0 out of order"
+    assert follower([0, 1, 1, 2]).check(3) == "4 of 3 events: 0 lost, 1 repeated, 0 out of order"
+    assert follower([0, 2, 1]).check(3) == "3 of 3 events: 0 lost, 0 repeated, 1 out of order"
+    failed = follower([0, 1, 2])
+    failed.problem = "HTTP 404: run not found"
+    assert failed.check(3) == "HTTP 404: run not found"
