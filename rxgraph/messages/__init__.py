@@ -3,7 +3,7 @@
 Their errors (``UnsafeHistoryError``, ``MessageFormatError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
 """
 
-from rxgraph.messages._langchain import from_langchain, message_id, to_langchain
+from rxgraph.messages._langchain import from_langchain, message_ids, next_message_id, to_langchain
 from rxgraph.messages._openai import from_openai, to_openai
 from rxgraph.messages._rules import (
     SequenceViolation,
@@ -39,7 +39,8 @@ __all__ = [
     "from_langchain",
     "from_openai",
     "is_ready_for_user_input",
-    "message_id",
+    "message_ids",
+    "next_message_id",
     "readiness_violations",
     "request_violations",
     "sequence_violations",

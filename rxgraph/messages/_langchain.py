@@ -29,8 +29,8 @@ object)                          object re-serialized with        the text. Text
 ``status: "error"``              ``ToolMessage.is_error``,        the same fact under two names
                                  both ways
 ``name``                         ``.name``, both ways             every LangChain message has one
-``id``                           written by ``message_id`` (or    rxgraph messages carry no id; see
-                                 ``ids``), not read               ``message_id``
+``id``                           written by ``message_ids`` (or   rxgraph messages carry no id; see
+                                 ``ids``), not read               ``message_ids``
 ``content`` as a list of parts   ``.content``: the texts joined   as ``from_openai`` reads parts; any other part
                                  with ``"\\n"``                    (image, audio, reasoning) is refused: rxgraph
                                                                   messages hold text only
@@ -64,7 +64,7 @@ from rxgraph.messages._types import (
     UserMessage,
 )
 
-__all__ = ["from_langchain", "message_id", "to_langchain"]
+__all__ = ["from_langchain", "message_ids", "next_message_id", "to_langchain"]
 
 
 def to_langchain(messages: Sequence[Message], *, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -76,8 +76,8 @@ def to_langchain(messages: Sequence[Message], *, ids: Sequence[str] | None = Non
 
     Args:
         messages: rxgraph messages, in order.
-        ids: the message ids to write, one per message (a server that already gave a message an id, while
-            streaming it for instance, keeps it). By default each message gets ``message_id(index, message)``.
+        ids: the message ids to write, one per message. By default, the ids ``message_ids(messages)`` gives them
+            (``messages`` taken as a whole history).
 
     Raises:
         InvalidTypeError: an element is not an rxgraph message (the message names its index).
@@ -89,29 +89,84 @@ def to_langchain(messages: Sequence[Message], *, ids: Sequence[str] | None = Non
             f"ids: got {count} for {len(messages)} messages; give a sequence with one id per message",
             argument="ids",
         )
+    written = ids if ids is not None else message_ids(messages)
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         _check_message(i, message)
-        out.append(_entry(message, ids[i] if ids is not None else message_id(i, message)))
+        out.append(_entry(message, written[i]))
     return out
 
 
-def message_id(index: int, message: Message) -> str:
-    """A deterministic id for the message at position ``index`` of a history: ``"{index}-{digest}"``.
+def message_ids(history: Sequence[Message]) -> list[str]:
+    """Deterministic ids for the messages of a history, one per message.
 
     rxgraph messages carry no id, but a client of LangGraph's API (``useStream``, for one) keys the messages it
-    shows by id. The id is therefore derived from what it names: the same message at the same position gets the
-    same id every time a history is sent, and two branches of a thread that differ at a position never share an id
-    there. ``digest`` is the first 16 hex digits of the SHA-256 of the message's fields (its role and every field
-    not at its default, ``usage``, a tool message's ``name`` and ``is_error`` included) as canonical JSON.
+    shows by id, and merges a message it is sent in pieces while a model streams it with the whole message it is
+    sent afterwards. So an id is known as soon as the message begins, and names its place in its history:
+
+    - an assistant message, at position ``i``: ``"{i}-{digest}"`` of the messages before it (a model's answer is
+      named before it is whole);
+    - a tool message that answers a call of an assistant message before it: ``"tool-{digest}"`` of that assistant
+      message's id and the call's id (tools finish in any order; their answers' ids do not depend on it);
+    - any other message (the user's, a system message), at position ``i``: ``"{i}-{digest}"`` of the messages
+      before it and of itself.
+
+    The same history always gives the same ids; two histories (two branches of a thread) that differ before a
+    position give different ids from there on, and so do two that differ in the user's message at a position (an
+    edited message is another message). Two answers of the model to the same history (a regenerated answer) share
+    their id, as they share their place. A ``digest`` is 16 hex digits of SHA-256; a message counts by its
+    role and every field not at its default (``usage``, a tool message's ``name`` and ``is_error`` included).
+    ``next_message_id`` gives the id of the message that comes next, before it is whole.
 
     Raises:
-        InvalidTypeError: ``message`` is not an rxgraph message.
+        InvalidTypeError: an element is not an rxgraph message (the message names its index).
     """
-    _check_message(index, message)
+    return _walk(history)[0]
+
+
+def next_message_id(history: Sequence[Message], *, tool_call_id: str | None = None) -> str:
+    """The id ``message_ids`` gives the assistant message that follows ``history`` — a model's answer while it
+    streams — or, with ``tool_call_id``, the tool message that answers that call (wherever it lands among the
+    call's siblings).
+
+    Raises:
+        InvalidTypeError: an element of ``history`` is not an rxgraph message.
+    """
+    _, chain, callers = _walk(history)
+    if tool_call_id is not None and tool_call_id in callers:
+        return f"tool-{_digest(callers[tool_call_id], tool_call_id)}"
+    return f"{len(history)}-{_digest('at', chain)}"
+
+
+def _walk(history: Sequence[Message]) -> tuple[list[str], str, dict[str, str]]:
+    """The ids of ``history``'s messages, the digest of all of it, and the assistant message id of each call."""
+    ids: list[str] = []
+    chain = ""
+    callers: dict[str, str] = {}  # call id -> the id of the assistant message that made the call
+    for i, message in enumerate(history):
+        _check_message(i, message)
+        ids.append(_id_after(chain, i, callers, message))
+        if isinstance(message, AssistantMessage):
+            callers.update((call.id, ids[-1]) for call in message.tool_calls)
+        chain = _digest(chain, ids[-1], _canonical(message))
+    return ids, chain, callers
+
+
+def _id_after(chain: str, index: int, callers: Mapping[str, str], message: Message) -> str:
+    if isinstance(message, ToolMessage) and message.tool_call_id in callers:
+        return f"tool-{_digest(callers[message.tool_call_id], message.tool_call_id)}"
+    if isinstance(message, AssistantMessage | ToolMessage):
+        return f"{index}-{_digest('at', chain)}"
+    return f"{index}-{_digest('at', chain, _canonical(message))}"
+
+
+def _canonical(message: Message) -> str:
     fields = {"role": message.role, **message.model_dump(mode="json", exclude_defaults=True)}
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return f"{index}-{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 def from_langchain(payload: Iterable[Mapping[str, Any]]) -> list[Message]:

@@ -30,8 +30,8 @@ from ..checkpoint._base import CheckpointSaver
 from ..errors import ModelAPIError, RunInterruptedError, ThreadBusyError
 from ..graph._config import MultitaskPolicy, RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
-from ..messages._langchain import to_langchain
-from ..messages._types import ToolMessage
+from ..messages._langchain import next_message_id, to_langchain
+from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ._api_requests import RunCreate
 from ._outputs import RunOutputs
 from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, now
@@ -51,6 +51,9 @@ _POLICIES: dict[str, MultitaskPolicy] = {
 
 _KEPT_LOGS = 256
 """Ended runs whose events stay in memory, for a client that joins or reconnects after the end."""
+
+
+_MESSAGE_TYPES = (AssistantMessage, SystemMessage, ToolMessage, UserMessage)
 
 
 def _text(payload: Any) -> str:
@@ -110,7 +113,16 @@ class RunEncoder:
     every model chunk and streamed message (``[message, metadata]``: the ``messages-tuple`` mode), ``custom``; inner
     nodes of subgraphs as ``mode|namespace`` events when ``subgraphs``."""
 
-    def __init__(self, modes: tuple[str, ...], *, subgraphs: bool, run_id: str, thread_id: str) -> None:
+    def __init__(
+        self,
+        modes: tuple[str, ...],
+        *,
+        subgraphs: bool,
+        run_id: str,
+        thread_id: str,
+        messages_key: str | None = "messages",
+    ) -> None:
+        self._messages_key = messages_key
         self._values = "values" in modes
         self._updates = "updates" in modes
         self._messages = "messages-tuple" in modes
@@ -139,7 +151,7 @@ class RunEncoder:
             if isinstance(chunk, SubgraphEvent):
                 events += self._inner(chunk)
             elif self._messages:
-                events += self._message(chunk, (output.node,), "messages")
+                events += self._message(chunk, output.state, (output.node,), "messages")
         elif isinstance(output, CustomOutput):
             if self._custom:
                 events.append(("custom", _text(wire(output.value))))
@@ -173,7 +185,11 @@ class RunEncoder:
         self.last_values = wire(dict(state))
         return [("values", _text(self.last_values))] if self._values else []
 
-    def _message(self, chunk: Any, path: tuple[str, ...], event: str) -> list[tuple[str, str]]:
+    def _message(
+        self, chunk: Any, state: Mapping[str, Any], path: tuple[str, ...], event: str
+    ) -> list[tuple[str, str]]:
+        """A streamed message event: the chunk (or message), with the id the message has once it is in the history
+        (``next_message_id`` of the history it follows, ``state``'s), and where it comes from."""
         metadata = {
             "langgraph_node": path[-1],
             "langgraph_path": list(path),
@@ -184,20 +200,26 @@ class RunEncoder:
         if isinstance(chunk, ChatChunk):
             message = self._streaming.get(path)
             if message is None:
-                self._streams += 1
-                message = self._streaming[path] = f"run-{self._run_id}-{self._streams}"
+                message = self._streaming[path] = self._next_id(state)
             return [(event, _text([chunk_json(chunk, message), metadata]))]
         if isinstance(chunk, ToolMessage):
-            data = to_langchain([chunk], ids=[f"run-{self._run_id}-tool-{chunk.tool_call_id}"])[0]
+            data = to_langchain([chunk], ids=[self._next_id(state, chunk.tool_call_id)])[0]
             return [(event, _text([data, metadata]))]
         return []
+
+    def _next_id(self, state: Mapping[str, Any], tool_call_id: str | None = None) -> str:
+        history = state.get(self._messages_key) if self._messages_key is not None else None
+        if isinstance(history, Sequence) and all(isinstance(m, _MESSAGE_TYPES) for m in history):
+            return next_message_id(history, tool_call_id=tool_call_id)
+        self._streams += 1  # a message in no history the graph keeps: an id of the run's own
+        return f"run-{self._run_id}-{self._streams}"
 
     def _inner(self, event: SubgraphEvent) -> list[tuple[str, str]]:
         inner = event.innermost
         path = event.path
         suffix = "|" + "|".join(path[:-1]) if self._subgraphs else ""
         if isinstance(inner, StreamingOutput):
-            return self._message(inner.chunk, path, "messages" + suffix) if self._messages else []
+            return self._message(inner.chunk, inner.state, path, "messages" + suffix) if self._messages else []
         if isinstance(inner, CustomOutput):
             return [("custom" + suffix, _text(wire(inner.value)))] if self._custom else []
         if isinstance(inner, NodeOutput) and self._subgraphs:
@@ -343,7 +365,7 @@ class RunManager(RelayHandlers):
                 self.cancel(earlier, "rollback" if strategy == "rollback" else "interrupt")
         if body.stream_resumable and self._relay.shared:  # its stream is read from any process, from the start
             self.follow_requested(run.run_id)
-        run.task = asyncio.create_task(self._execute(run, source, body, before))
+        run.task = asyncio.create_task(self._execute(run, source, body, before, target.graph.messages_key))
         return run
 
     def cancel(self, run: ActiveRun, action: CancelAction = "interrupt") -> None:
@@ -385,10 +407,21 @@ class RunManager(RelayHandlers):
             await self.wait(run)
 
     async def _execute(
-        self, run: ActiveRun, source: AsyncIterator[RunOutput], body: RunCreate, before: list[ActiveRun]
+        self,
+        run: ActiveRun,
+        source: AsyncIterator[RunOutput],
+        body: RunCreate,
+        before: list[ActiveRun],
+        messages_key: str | None,
     ) -> None:
         status: RunStatus = "error"
-        encoder = RunEncoder(body.modes, subgraphs=body.stream_subgraphs, run_id=run.run_id, thread_id=run.thread_id)
+        encoder = RunEncoder(
+            body.modes,
+            subgraphs=body.stream_subgraphs,
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            messages_key=messages_key,
+        )
         run.log.append("metadata", _text({"run_id": run.run_id, "attempt": 1}))
         try:
             for earlier in before:

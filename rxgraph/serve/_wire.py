@@ -2,8 +2,8 @@
 a model's chunks as ``AIMessageChunk`` dicts, interrupts, thread states, threads, runs and assistants.
 
 One rule for messages: a list of rxgraph messages anywhere in a state becomes a list of LangChain message dicts,
-each with the id ``message_id`` gives its position (so the same message at the same place of a thread's history
-always has the same id, in every state and every event), and a single message becomes one dict.
+with the ids ``message_ids`` gives them (so a message of a thread's history has the same id in every state and every
+event, and a streamed message the id it will have: ``next_message_id``), and a single message becomes one dict.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .._json import to_json
 from ..agent._model import ChatChunk
 from ..graph._interrupt import PendingInterrupt
 from ..graph._outputs import StateSnapshot
-from ..messages._langchain import message_id, to_langchain
+from ..messages._langchain import message_ids, to_langchain
 from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ._registry import RunRecord, ThreadRecord, shown_status
 
@@ -56,20 +56,19 @@ def wire_update(update: Any, state: Mapping[str, Any]) -> Any:
     out: dict[str, Any] = {}
     for key, value in update.items():
         whole = state.get(key)
-        if isinstance(value, _MESSAGES) and isinstance(whole, Sequence) and whole and whole[-1] == value:
-            out[str(key)] = to_langchain([value], ids=[message_id(len(whole) - 1, value)])[0]
-            continue
+        appended = [value] if isinstance(value, _MESSAGES) else value
         if (
-            isinstance(value, Sequence)
-            and not isinstance(value, str)
-            and value
-            and all(isinstance(item, _MESSAGES) for item in value)
+            isinstance(appended, Sequence)
+            and not isinstance(appended, str)
+            and appended
+            and all(isinstance(item, _MESSAGES) for item in appended)
             and isinstance(whole, Sequence)
-            and len(whole) >= len(value)
-            and list(whole[len(whole) - len(value) :]) == list(value)
+            and len(whole) >= len(appended)
+            and list(whole[len(whole) - len(appended) :]) == list(appended)
         ):
-            start = len(whole) - len(value)
-            out[str(key)] = to_langchain(list(value), ids=[message_id(start + i, m) for i, m in enumerate(value)])
+            ids = message_ids(whole)[len(whole) - len(appended) :]
+            written = to_langchain(list(appended), ids=ids)
+            out[str(key)] = written[0] if isinstance(value, _MESSAGES) else written
         else:
             out[str(key)] = wire(value)
     return out

@@ -22,7 +22,8 @@ from rxgraph.messages import (
     ToolMessage,
     UserMessage,
     from_langchain,
-    message_id,
+    message_ids,
+    next_message_id,
     to_langchain,
 )
 
@@ -52,7 +53,7 @@ def _reloaded(entries: list[dict[str, Any]]) -> list[lc.BaseMessage]:
 def test_to_langchain_writes_what_langchain_messages_dump() -> None:
     history = _conversation()
     entries = to_langchain(history)
-    ids = [message_id(i, message) for i, message in enumerate(history)]
+    ids = message_ids(history)
     assert entries[0] == {
         "content": "be brief",
         "additional_kwargs": {},
@@ -114,9 +115,7 @@ def test_convert_to_messages_reads_the_fields_rxgraph_had() -> None:
         "Rain in Paris, sun in Rome.",
         "helper",
     )
-    assert [m.id for m in (system, human, ai, tool_b, tool_a, answer)] == [
-        message_id(i, message) for i, message in enumerate(history)
-    ]
+    assert [m.id for m in (system, human, ai, tool_b, tool_a, answer)] == message_ids(history)
     # convert_to_messages (what LangGraph's add_messages uses) passes only some keys on; the dump's constructor
     # reads usage too.
     reloaded_ai = _reloaded(to_langchain(history))[2]
@@ -226,15 +225,23 @@ def test_ids_must_name_each_message_once(ids: Any) -> None:
     assert caught.value.argument == "ids"
 
 
-def test_message_id_is_the_same_for_the_same_message_at_the_same_place() -> None:
-    message = AssistantMessage(content="hi", usage=TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2))
-    same = AssistantMessage(content="hi", usage=TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2))
-    assert message_id(3, message) == message_id(3, same)
-    assert re.fullmatch(r"3-[0-9a-f]{16}", message_id(3, message))
-    assert to_langchain([UserMessage(content="q"), message])[1]["id"] == message_id(1, message)
+def test_message_ids_are_the_same_for_the_same_history_and_known_before_a_message_is_whole() -> None:
+    history = _conversation()
+    again = [m.model_copy() for m in history]
+    ids = message_ids(history)
+    assert ids == message_ids(again) and len(set(ids)) == len(ids)
+    assert re.fullmatch(r"1-[0-9a-f]{16}", ids[1]) and ids[3].startswith("tool-")
+    # The id of each message is known from what comes before it: the answer's while it streams, and a tool's
+    # answer's from the call it answers, in whatever order the tools finish.
+    for i, message in enumerate(history):
+        if isinstance(message, AssistantMessage | ToolMessage):
+            call = message.tool_call_id if isinstance(message, ToolMessage) else None
+            assert next_message_id(history[:i], tool_call_id=call) == ids[i], i
+    assert next_message_id(history[:3], tool_call_id="call_a") == ids[4]  # call_a's answer comes after call_b's
+    assert to_langchain(history)[4]["id"] == ids[4]
 
 
-def test_message_id_differs_for_another_message_or_another_place() -> None:
+def test_message_ids_differ_from_where_two_histories_differ() -> None:
     usage = TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2)
     variants: list[Message] = [
         UserMessage(content="hi"),
@@ -251,17 +258,22 @@ def test_message_id_differs_for_another_message_or_another_place() -> None:
         ToolMessage(tool_call_id="c1", content="hi", is_error=True),
         ToolMessage(tool_call_id="c1", content="hi", name="f"),
     ]
-    ids = [message_id(0, message) for message in variants]
-    assert len(set(ids)) == len(ids)
-    assert message_id(0, variants[0]) != message_id(1, variants[0])
+    after = UserMessage(content="next")
+    # What follows a message tells every variant apart; the user's own messages differ by themselves too, where a
+    # model's answer is named by its place alone (so that it is named before it is whole).
+    follows = [message_ids([variant, after])[1] for variant in variants]
+    assert len(set(follows)) == len(follows)
+    own = [message_ids([variant])[0] for variant in variants]
+    assert len(set(own[:4])) == 4 and len(set(own[4:10])) == 1
+    assert message_ids([after, after])[0] != message_ids([after, after])[1]
 
 
-def test_to_langchain_and_message_id_refuse_non_messages_naming_the_index() -> None:
+def test_to_langchain_and_message_ids_refuse_non_messages_naming_the_index() -> None:
     with pytest.raises(InvalidTypeError, match="message 1") as caught:
         to_langchain([UserMessage(content="u"), {"role": "user", "content": "x"}])  # type: ignore[list-item]
     assert caught.value.argument == "messages"
     with pytest.raises(InvalidTypeError, match="message 4"):
-        message_id(4, "hi")  # type: ignore[arg-type]
+        message_ids([UserMessage(content="u")] * 4 + ["hi"])  # type: ignore[list-item]
 
 
 def test_from_langchain_reads_langchain_dumps() -> None:

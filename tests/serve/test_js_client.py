@@ -338,15 +338,6 @@ def test_editing_the_first_message_of_a_thread_replaces_it(
     assert _shown(edited["view"]) == [("human", "Hi"), ("ai", "You said: Hi")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Server divergence: a streamed message's chunks (messages-tuple) carry the id 'run-<run_id>-<n>' (a tool "
-    "message 'run-<run_id>-tool-<call_id>'), and the same message in the values events and the thread's state has "
-    "another, '<position>-<digest>'. useStream keys messages by id: once the values arrive, the message it streamed "
-    "is replaced by one of another id, and getMessagesMetadata(message).streamMetadata (the node that wrote it) is "
-    "undefined. LangGraph sends one id for both.",
-)
 def test_a_streamed_message_keeps_its_id_in_the_values(
     js_client: Path, saver: RewindWatch, serve: Callable[[ASGIApp], Server]
 ) -> None:

@@ -100,9 +100,12 @@ def test_a_streamed_turn_sends_values_updates_and_message_chunks_as_langchain_me
         c["content"] for c, meta in chunks if c["type"] == "AIMessageChunk" and meta["langgraph_node"] == "model"
     )
     assert text == "Sunny today."
-    # An update's messages have the ids they have in the values: a client merges them by id.
+    # A message has one id in every event: its streamed pieces, the update that adds it, the values that hold it.
     last_update = [p.data for p in parts if p.event == "updates"][-1]
-    assert last_update["model"]["messages"]["id"] == parts[-1].data["messages"][-1]["id"]
+    final_ids = [m["id"] for m in parts[-1].data["messages"]]
+    assert last_update["model"]["messages"]["id"] == final_ids[-1]
+    streamed = list(dict.fromkeys(c["id"] for c, _ in chunks))
+    assert streamed == final_ids[1:]  # the call, the tool's answer, the answer; in the order they streamed
 
     state = client.threads.get_state(thread["thread_id"])
     assert state["values"] == parts[-1].data and state["next"] == []
