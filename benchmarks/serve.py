@@ -24,8 +24,10 @@ Over its ``serve_rounds`` rounds a side reports:
 - the median of turns per second (a round's turns over its wall time);
 - the time to the first model chunk (from sending the request to the first ``messages`` event, rxgraph, or
   ``chunk`` event, LangGraph), median and 95th percentile over the turns of all its rounds. rxgraph's stream opens
-  with a ``metadata`` event before the model is called, so its first byte says nothing of the model; before the
-  move to LangGraph's API its first event was the first model chunk, so this is what "time to first byte" measured;
+  with a ``metadata`` event once the run is recorded and started, before the model is called, so its first byte
+  says nothing of the model (the samples keep each round's median time to it: how long a run took to start);
+  before the move to LangGraph's API the first event was the first model chunk, so this is what "time to first
+  byte" measured;
 - the app server's CPU time per turn (its process's user + system time over a round, from ``/proc``; Linux only);
 - the longest stall, over its rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it
   could not serve anything else). That loop is uvicorn's: LangGraph's model client runs on it, rxgraph's on
@@ -54,7 +56,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -141,6 +143,7 @@ class Turn:
 
     thread: str
     first_chunk: float = float("nan")  # seconds to the first model chunk (nan: none came)
+    first_event: float = float("nan")  # seconds to the stream's first event (rxgraph: metadata, as the run starts)
     seconds: float = 0.0  # from sending the request to the end of the answer or the exception
     status: int | None = None  # the HTTP status (None: no answer came)
     events: int = 0  # events received
@@ -216,6 +219,8 @@ async def _stream(
                     data.append(line[5:].strip())
                 elif not line and data:
                     payload = "\n".join(data)
+                    if not turn.events:
+                        turn.first_event = time.perf_counter() - started
                     turn.events += 1
                     turn.last_events = [*turn.last_events, f"{name}: {_short(payload)}"][-_LAST_EVENTS:]
                     if name == "error":
@@ -434,6 +439,8 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
             {
                 "seconds": r.seconds,
                 "cpu_seconds": r.cpu,
+                "first_event_median": _median_of(t.first_event for t in r.turns),
+                "first_chunk_median": _median_of(t.first_chunk for t in r.turns),
                 "stall": r.stall,
                 "failures": len(r.failed),
                 "failed": [asdict(turn) for turn in r.failed],
@@ -473,6 +480,12 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
         )
     )
     return result
+
+
+def _median_of(values: Iterable[float]) -> float:
+    """The median of the values that are not nan (nan when none is)."""
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else math.nan
 
 
 _NOTED_TURNS = 5
