@@ -14,6 +14,7 @@ from .._log import log
 from ..checkpoint._base import Checkpoint, CheckpointSaver
 from ..errors import CheckpointNotFoundError, UnsafeHistoryError
 from ._config import UnsafeHeadPolicy
+from ._constants import START
 
 __all__ = ["BaseChoice", "choose_base"]
 
@@ -46,7 +47,8 @@ def choose_base(
     Args:
         saver: where the thread is stored (only read).
         thread_id: the thread.
-        checkpoint_id: an explicit checkpoint to start from (a replay or a fork), or None for the head.
+        checkpoint_id: an explicit checkpoint to start from (a replay or a fork), ``START`` for the thread's
+            beginning (a fork from the empty state), or None for the head.
         has_input: whether the run brings new input (a new turn) or resumes the head's own turn.
         on_unsafe_head: the graph's policy for a head that cannot take new input.
         head: the thread's head (a Checkpoint or None), when the caller has just read it (saves a read); read here
@@ -63,6 +65,8 @@ def choose_base(
     if head is _UNREAD:
         head = saver.get(thread_id)
     assert head is None or isinstance(head, Checkpoint)
+    if checkpoint_id == START:  # the thread's beginning, before its first checkpoint: a fork from the empty state
+        return BaseChoice(head, None, rewind_to=head)
     if checkpoint_id is not None:
         base = saver.get(thread_id, checkpoint_id)
         if base is None:

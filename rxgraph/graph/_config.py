@@ -88,7 +88,8 @@ class RunnableConfig(BaseModel):
     """Per-run settings. Immutable; derive a changed copy with ``config.model_copy(update={...})``.
 
     - ``thread_id``: the conversation the run belongs to; required when the graph has a checkpointer.
-    - ``checkpoint_id``: start from this checkpoint of the thread instead of its head (replay or fork).
+    - ``checkpoint_id``: start from this checkpoint of the thread instead of its head (replay or fork); ``START``
+      for the thread's beginning (a fork from the empty state: a first message edited).
     - ``scheduler``: the reactivex scheduler for everything time-related in the run (chunk streams, timers, models,
       tools). With none, the scheduler given to ``subscribe`` is used, and with neither the run is synchronous on the
       subscribing thread. Put a ``TestScheduler`` here to run a whole graph in virtual time.

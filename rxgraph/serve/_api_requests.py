@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "STREAM_MODES",
@@ -34,12 +34,12 @@ class _Body(BaseModel):
     NOT_SERVED: ClassVar[tuple[str, ...]] = ()
     """Fields the clients send that this server does not implement: refused when set."""
 
-    @model_validator(mode="after")
-    def _refuse_what_is_not_served(self) -> Any:
-        for name in self.NOT_SERVED:
-            if getattr(self, name) is not None:
-                raise ValueError(f"{name} is not supported by this server")
-        return self
+    @field_validator("*")
+    @classmethod
+    def _refuse_what_is_not_served(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.field_name in cls.NOT_SERVED:
+            raise ValueError(f"{info.field_name} is not supported by this server")
+        return value
 
 
 class CheckpointRef(BaseModel):

@@ -14,11 +14,12 @@ from starlette.routing import Route
 
 from ..errors import CheckpointNotFoundError, GraphValidationError, InvalidUpdateError, RxGraphError, ThreadBusyError
 from ..graph._config import RunnableConfig
+from ..graph._constants import START
 from ..graph._outputs import StateSnapshot
 from ._api_requests import HistoryQuery, StateQuery, StateUpdate, ThreadCreate, ThreadPatch, ThreadSearch
 from ._registry import ThreadRecord, live
 from ._service import Service, answer, refuse, rx_refusal
-from ._wire import state_json, thread_json
+from ._wire import start_json, state_json, thread_json
 
 __all__ = ["thread_routes"]
 
@@ -146,6 +147,8 @@ class _Threads:
     async def _state(self, request: Request, checkpoint_id: str | None) -> Response:
         identity = await self.s.identity(request)
         record = await self.s.thread(request.path_params["thread_id"], identity)
+        if checkpoint_id == START:
+            return answer(start_json(record.thread_id, record.created_at))
         target = self.s.graph_for(record)
         try:
             snapshot = await run_in_threadpool(self.s.snapshot, target, record.thread_id, checkpoint_id)
@@ -226,5 +229,7 @@ class _Threads:
                     continue
             out.append(state_json(record.thread_id, snapshot))
             if len(out) >= wanted:
-                break
+                return out
+        if snapshots and snapshots[-1].checkpoint is not None and snapshots[-1].checkpoint.parent_id is None:
+            out.append(start_json(record.thread_id, record.created_at))  # the walk reached the thread's start
         return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._json import to_json
 from ..agent._model import ChatChunk
+from ..graph._constants import START
 from ..graph._interrupt import PendingInterrupt
 from ..graph._outputs import StateSnapshot
 from ..messages._langchain import message_ids, to_langchain
@@ -25,6 +26,7 @@ __all__ = [
     "chunk_json",
     "interrupt_json",
     "run_json",
+    "start_json",
     "state_json",
     "thread_json",
     "wire",
@@ -155,7 +157,35 @@ def state_json(thread_id: str, snapshot: StateSnapshot) -> dict[str, Any]:
         or {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None, "checkpoint_map": None},
         "metadata": metadata,
         "created_at": _time(checkpoint.created_at) if checkpoint is not None else None,
-        "parent_checkpoint": _checkpoint_ref(thread_id, snapshot.parent_id),
+        # A thread's first checkpoints (its first turn's, and a fork's from its beginning) come from its start.
+        "parent_checkpoint": _checkpoint_ref(
+            thread_id, snapshot.parent_id if checkpoint is None or checkpoint.parent_id is not None else START
+        ),
+    }
+
+
+def start_json(thread_id: str, created_at: datetime) -> dict[str, Any]:
+    """The state a thread starts from, before its first checkpoint (LangGraph's empty first checkpoint): its
+    ``checkpoint_id`` is ``START`` (``"__start__"``), which a run may start from to fork the thread from there (an
+    edit of its first message)."""
+    return {
+        "values": {},
+        "next": [],
+        "tasks": [],
+        "interrupts": [],
+        "checkpoint": _checkpoint_ref(thread_id, START),
+        "metadata": {
+            "source": "input",
+            "step": 0,
+            "writes": None,
+            "parents": {},
+            "run_id": None,
+            "node": None,
+            "safe": True,
+            "error": None,
+        },
+        "created_at": _time(created_at),
+        "parent_checkpoint": None,
     }
 
 

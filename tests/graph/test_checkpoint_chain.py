@@ -167,3 +167,20 @@ def test_a_checkpointer_needs_a_thread_id() -> None:
         StateGraph().add_node("a", lambda s: None).add_edge(START, "a").add_edge("a", END).compile().get_state(
             RunnableConfig(thread_id="t")
         )
+
+
+def test_a_run_from_the_threads_start_forks_from_the_empty_state() -> None:
+    saver = MemorySaver()
+    app = _two_step_graph(saver)
+    config = RunnableConfig(thread_id="t")
+    app.invoke({"log": ["first"]}, config)
+    head = saver.get("t")
+    assert head is not None
+
+    forked = app.invoke({"log": ["again"]}, RunnableConfig(thread_id="t", checkpoint_id=START))
+
+    assert forked == {"log": ["again", "a", "b"]}
+    history = saver.list("t")
+    first_of_fork = history[2]
+    assert first_of_fork.source == "input" and first_of_fork.parent_id is None and first_of_fork.seq == head.seq + 1
+    assert [c.seq for c in history] == list(range(head.seq + 3, 0, -1))  # one chain: the fork is written on the head

@@ -182,12 +182,18 @@ def test_state_and_history_read_the_thread_newest_first(
 
         history = client.threads.get_history("t")
         shown = [(h["metadata"]["step"], h["metadata"]["source"], h["metadata"]["node"]) for h in history]
-        assert shown == [(4, "loop", "model"), (3, "loop", "tools"), (2, "loop", "model"), (1, "input", "__start__")]
-        assert [len(h["values"]["messages"]) for h in history] == [4, 3, 2, 1]
+        assert shown == [
+            (4, "loop", "model"),
+            (3, "loop", "tools"),
+            (2, "loop", "model"),
+            (1, "input", "__start__"),
+            (0, "input", None),  # the thread's start, before its first checkpoint (a fork of the first message)
+        ]
+        assert [len(h["values"].get("messages", ())) for h in history] == [4, 3, 2, 1, 0]
         assert history[0] == state
         for newer, older in itertools.pairwise(history):
             assert newer["parent_checkpoint"]["checkpoint_id"] == older["checkpoint"]["checkpoint_id"]
-        assert history[-1]["parent_checkpoint"] is None
+        assert history[-1]["checkpoint"]["checkpoint_id"] == "__start__" and history[-1]["parent_checkpoint"] is None
         assert client.threads.get_history("t", limit=2) == history[:2]
         assert get(server, "/threads/t/history?limit=2").json() == history[:2]  # the GET form, as it was
 

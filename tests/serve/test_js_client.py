@@ -281,7 +281,7 @@ def test_use_stream_makes_a_thread_streams_turns_reads_them_back_and_an_edit_bra
         assert (view["isLoading"], view["error"], view["interrupt"]) == (False, None, None)
         history = client.threads.get_history(thread)
         assert view["history"] == [h["checkpoint"]["checkpoint_id"] for h in reversed(history)]
-        assert view["tree"] == ["Weather in Paris?", "", "Sunny in Paris", "Sunny today."]
+        assert view["tree"] == ["", "Weather in Paris?", "", "Sunny in Paris", "Sunny today."]  # "": the start
         head_after_first = view["history"][-1]
         script.go_on()
 
@@ -303,6 +303,7 @@ def test_use_stream_makes_a_thread_streams_turns_reads_them_back_and_an_edit_bra
         assert [m["content"] for m in state["values"]["messages"]] == [c for _, c in _shown(edited["view"])]
         assert state["parent_checkpoint"]["checkpoint_id"] != head_after_first  # the edited turn's own input
         assert edited["view"]["tree"] == [
+            "",
             "Weather in Paris?",
             "",
             "Sunny in Paris",
@@ -318,15 +319,6 @@ def test_use_stream_makes_a_thread_streams_turns_reads_them_back_and_an_edit_bra
         assert [r["status"] for r in client.runs.list(thread)] == ["success"] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Server divergence: a thread's first checkpoint (source 'input', step 1) already holds the first message "
-    "and has no parent (POST /threads/{id}/history: its oldest state has parent_checkpoint null), so useStream's "
-    "getMessagesMetadata(first message).firstSeenState.parent_checkpoint is null: the hook sends no checkpoint and "
-    "the edit is appended after the old turn. LangGraph's thread starts at an empty input checkpoint (step -1) that "
-    "an edit of the first message branches from.",
-)
 def test_editing_the_first_message_of_a_thread_replaces_it(
     js_client: Path, saver: RewindWatch, serve: Callable[[ASGIApp], Server]
 ) -> None:

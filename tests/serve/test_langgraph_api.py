@@ -157,7 +157,7 @@ def test_wait_returns_the_final_values_and_history_lists_the_checkpoints(
     assert [m["type"] for m in result["messages"]] == ["human", "ai", "tool", "ai"]
     check_request(model.requests[-1].messages)
     history = client.threads.get_history(thread["thread_id"], limit=10)
-    assert [h["metadata"]["source"] for h in history] == ["loop", "loop", "loop", "input"]
+    assert [h["metadata"]["source"] for h in history] == ["loop", "loop", "loop", "input", "input"]  # and the start
     assert history[0]["values"] == result
     older = client.threads.get_history(thread["thread_id"], limit=2, before=history[1]["checkpoint"])
     assert [h["checkpoint"]["checkpoint_id"] for h in older] == [h["checkpoint"]["checkpoint_id"] for h in history[2:4]]

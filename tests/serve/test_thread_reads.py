@@ -73,7 +73,7 @@ def test_reading_an_unknown_thread_is_a_404_with_an_error_body_and_a_new_thread_
     with closing(get_sync_client(url=server.url)) as client:
         state = client.threads.get_state("t")
         assert state["values"] == {"word": "hi", "count": 1}
-        assert [h["metadata"]["step"] for h in client.threads.get_history("t")] == [2, 1]
+        assert [h["metadata"]["step"] for h in client.threads.get_history("t")] == [2, 1, 0]  # 0: its start
         # A thread created without a run exists: its state is empty, its history has no checkpoint yet.
         client.threads.create(thread_id="fresh")
         fresh = client.threads.get_state("fresh")
@@ -95,10 +95,10 @@ def test_a_history_limit_beyond_the_maximum_is_refused_with_422(
         refused = httpx.post(f"{server.url}/threads/t/history", json={"limit": absurd_json}, timeout=WAIT)
         assert refused.status_code == 422, absurd_json
         assert refused.json()["detail"].startswith("limit: Input should be"), refused.text
-    for fine in ("10000", "0002"):
-        assert [h["metadata"]["step"] for h in _get(server, f"/threads/t/history?limit={fine}").json()] == [2, 1]
+    for fine, steps in (("10000", [2, 1, 0]), ("0002", [2, 1])):
+        assert [h["metadata"]["step"] for h in _get(server, f"/threads/t/history?limit={fine}").json()] == steps
     with closing(get_sync_client(url=server.url)) as client:
-        assert [h["metadata"]["step"] for h in client.threads.get_history("t", limit=10000)] == [2, 1]
+        assert [h["metadata"]["step"] for h in client.threads.get_history("t", limit=10000)] == [2, 1, 0]
 
 
 def test_an_input_nested_deeper_than_the_limit_is_a_422_and_the_deepest_allowed_runs(
@@ -169,6 +169,6 @@ def test_a_checkpoints_metadata_names_the_run_that_wrote_it(serve: Callable[[ASG
     assert metadata[0] == "metadata"
 
     with closing(get_sync_client(url=server.url)) as client:
-        written = {h["metadata"]["run_id"] for h in client.threads.get_history("t")}
+        written = {h["metadata"]["run_id"] for h in client.threads.get_history("t")[:-1]}  # but the start
         assert written == {metadata[1]["run_id"]}
         assert client.runs.get("t", written.pop())["status"] == "success"

@@ -383,7 +383,7 @@ const scenarios = {
     const resumed = readUntil(client.runs.joinStream(threadId, runId, { lastEventId: after }));
     await pause("release the tool", { head, after });
 
-    view = await second.until("the run's end", (v) => idle(v) && v.messages.length === 4 && v.history.length === 4);
+    view = await second.until("the run's end", (v) => idle(v) && v.messages.length === 4 && v.history.length === 5);
     const rest = await resumed;
     const replay = await readUntil(client.runs.joinStream(threadId, runId, { lastEventId: "-1" }));
     emit("finished", { view, resumed: rest, replay, stored: storage.entries(), errors: second.errors });
