@@ -44,6 +44,7 @@ type ``remove``, ``function``,   refused                          rxgraph histor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -160,7 +161,10 @@ def _id_after(chain: str, index: int, callers: Mapping[str, str], message: Messa
     return f"{index}-{_digest('at', chain, _canonical(message))}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _canonical(message: Message) -> str:
+    # Cached: a history's ids are asked for again and again as it grows (every state a server sends), and its
+    # messages are immutable (and hashable by their fields, so an equal message shares the entry).
     fields = {"role": message.role, **message.model_dump(mode="json", exclude_defaults=True)}
     return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 

@@ -87,28 +87,11 @@ class _Runs:
         body = await self.s.body(request, RunCreate, empty_ok=False)
         target = self.s.target(body.assistant_id)
         thread_id = request.path_params.get("thread_id")
-        temporary = False
-        made: str | None = None  # a thread made for this request: removed again if the run is refused
-        if thread_id is None:  # a stateless run: a thread of its own, deleted after it unless kept
-            thread_id = made = str(uuid.uuid4())
-            temporary = body.on_completion == "delete"
-            record = ThreadRecord(thread_id, identity, {"graph_id": target.name})
-            await run_in_threadpool(self.s.registry.create_thread, record)
-        else:
-            try:
-                record = await self.s.thread(thread_id, identity)
-            except Refusal:
-                if body.if_not_exists != "create":
-                    raise
-                created = await run_in_threadpool(
-                    self.s.registry.create_thread, ThreadRecord(thread_id, identity, {"graph_id": target.name})
-                )
-                if created is None:  # someone else's, or made meanwhile: not this caller's to run on
-                    raise refuse(409, f"thread {thread_id!r} already exists") from None
-                record, made = created, thread_id
+        temporary = thread_id is None and body.on_completion == "delete"
+        # One trip off the loop finds (or makes) the thread: a run's start costs no more waits for a worker thread.
+        record, made = await run_in_threadpool(self._thread_for, thread_id, identity, body, target.name)
+        thread_id = record.thread_id
         try:
-            if record.metadata.get("graph_id") != target.name:
-                await run_in_threadpool(self.s.registry.update_thread, thread_id, {"graph_id": target.name})
             run = await self.s.runs.start(target, thread_id, body, identity, temporary=temporary)
         except BaseException as error:
             if made is not None:
@@ -120,6 +103,32 @@ class _Runs:
                 raise refuse(422, f"{type(error).__name__}: {error}") from None
             raise
         return run, body
+
+    def _thread_for(
+        self, thread_id: str | None, identity: str | None, body: RunCreate, graph_id: str
+    ) -> tuple[ThreadRecord, str | None]:
+        """The thread a run goes on (blocking), and its id if it was made for this run (removed again if the run is
+        refused): a stateless run's own; the caller's; or, with ``if_not_exists="create"``, a new one.
+
+        Raises:
+            Refusal: 404 (no such thread of the caller's), 409 (its id is taken), 422 (a blank id).
+        """
+        registry = self.s.registry
+        if thread_id is None:
+            made = ThreadRecord(str(uuid.uuid4()), identity, {"graph_id": graph_id})
+            registry.create_thread(made)
+            return made, made.thread_id
+        record = self.s.find_thread(thread_id, identity)
+        if record is None:
+            if body.if_not_exists != "create":
+                raise refuse(404, f"thread {thread_id!r} not found")
+            created = registry.create_thread(ThreadRecord(thread_id, identity, {"graph_id": graph_id}))
+            if created is None:  # someone else's, or made meanwhile: not this caller's to run on
+                raise refuse(409, f"thread {thread_id!r} already exists")
+            return created, thread_id
+        if record.metadata.get("graph_id") != graph_id:
+            record = registry.update_thread(thread_id, {"graph_id": graph_id}) or record
+        return record, None
 
     def _where(self, run: ActiveRun) -> dict[str, str]:
         base = f"/threads/{run.thread_id}/runs/{run.run_id}"

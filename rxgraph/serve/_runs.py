@@ -342,7 +342,7 @@ class RunManager(RelayHandlers):
             thread_id=thread_id,
             assistant_id=target.name,
             owner=owner,
-            status="pending",
+            status="pending" if queue else "running",  # it waits only for this process's runs before it
             # The run's context may hold what must not be kept (a user's token): the record leaves it out.
             kwargs=body.model_dump(mode="json", exclude_defaults=True, exclude={"context"}),
             metadata=body.metadata,
@@ -436,8 +436,9 @@ class RunManager(RelayHandlers):
             await self._ended_as(run, status)
 
     async def _run(self, run: ActiveRun, source: AsyncIterator[RunOutput], encoder: RunEncoder) -> RunStatus:
-        run.record = replace(run.record, status="running", updated_at=now())
-        await run_in_threadpool(self._registry.put_run, run.record)
+        if run.record.status == "pending":  # it waited for the runs before it on the thread: it runs now
+            run.record = replace(run.record, status="running", updated_at=now())
+            await run_in_threadpool(self._registry.put_run, run.record)
         outputs = RunOutputs(source)
         try:
             while True:

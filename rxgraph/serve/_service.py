@@ -124,13 +124,24 @@ class Service:
             Refusal: 404, no such thread, or it belongs to someone else (the same answer: a caller learns nothing
                 of another's threads).
         """
-        if not thread_id.strip():
-            raise refuse(422, "a thread id must be a non-empty string, not blank")
-        record = await run_in_threadpool(self.registry.get_thread, thread_id)
-        if record is None and self.auth is None:
-            record = await run_in_threadpool(self._adopt, thread_id)
-        if record is None or (self.auth is not None and record.owner != identity):
+        record = await run_in_threadpool(self.find_thread, thread_id, identity)
+        if record is None:
             raise refuse(404, f"thread {thread_id!r} not found")
+        return record
+
+    def find_thread(self, thread_id: str, identity: str | None) -> ThreadRecord | None:
+        """The caller's thread, or ``None`` (blocking: call it off the loop).
+
+        Raises:
+            Refusal: 422, a blank thread id.
+        """
+        if not thread_id.strip():
+            raise refuse(422, "thread_id: a thread id must be a non-empty string, not blank")
+        record = self.registry.get_thread(thread_id)
+        if record is None and self.auth is None:
+            record = self._adopt(thread_id)
+        if record is None or (self.auth is not None and record.owner != identity):
+            return None
         return record
 
     def _adopt(self, thread_id: str) -> ThreadRecord | None:
