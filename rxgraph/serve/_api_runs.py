@@ -86,17 +86,24 @@ class _Runs:
         identity = await self.s.identity(request)
         body = await self.s.body(request, RunCreate, empty_ok=False)
         target = self.s.target(body.assistant_id)
-        thread_id = request.path_params.get("thread_id")
-        temporary = thread_id is None and body.on_completion == "delete"
-        # One trip off the loop finds (or makes) the thread: a run's start costs no more waits for a worker thread.
-        record, made = await run_in_threadpool(self._thread_for, thread_id, identity, body, target.name)
-        thread_id = record.thread_id
+        asked = request.path_params.get("thread_id")
+        thread_id = asked if asked is not None else str(uuid.uuid4())  # a stateless run's thread is its own
+        temporary = asked is None and body.on_completion == "delete"
+        if not thread_id.strip():
+            raise refuse(422, "thread_id: a thread id must be a non-empty string, not blank")
+        made: list[str] = []  # the thread, when made for this run: removed again if the run is refused
+
+        def find_thread() -> None:
+            # In the trip off the loop that writes the run's record: a run's start waits for one worker thread.
+            if self._thread_for(asked, thread_id, identity, body, target.name):
+                made.append(thread_id)
+
         try:
-            run = await self.s.runs.start(target, thread_id, body, identity, temporary=temporary)
+            run = await self.s.runs.start(target, thread_id, body, identity, temporary=temporary, prepare=find_thread)
         except BaseException as error:
-            if made is not None:
+            if made:
                 with anyio.CancelScope(shield=True):
-                    await run_in_threadpool(self.s.registry.delete_thread, made)
+                    await run_in_threadpool(self.s.registry.delete_thread, made[0])
             if isinstance(error, ThreadBusyError):
                 raise refuse(409, str(error)) from None
             if isinstance(error, _REFUSED):
@@ -105,19 +112,19 @@ class _Runs:
         return run, body
 
     def _thread_for(
-        self, thread_id: str | None, identity: str | None, body: RunCreate, graph_id: str
-    ) -> tuple[ThreadRecord, str | None]:
-        """The thread a run goes on (blocking), and its id if it was made for this run (removed again if the run is
-        refused): a stateless run's own; the caller's; or, with ``if_not_exists="create"``, a new one.
+        self, asked: str | None, thread_id: str, identity: str | None, body: RunCreate, graph_id: str
+    ) -> bool:
+        """Find or make the thread a run goes on (blocking); whether it was made for this run: a stateless run's own
+        (``asked`` None); the caller's; or, with ``if_not_exists="create"``, a new one.
 
         Raises:
-            Refusal: 404 (no such thread of the caller's), 409 (its id is taken), 422 (a blank id).
+            Refusal: 404 (no such thread of the caller's), 409 (its id is taken).
         """
         registry = self.s.registry
-        if thread_id is None:
-            made = ThreadRecord(str(uuid.uuid4()), identity, {"graph_id": graph_id})
+        if asked is None:
+            made = ThreadRecord(thread_id, identity, {"graph_id": graph_id})
             registry.create_thread(made)
-            return made, made.thread_id
+            return True
         record = self.s.find_thread(thread_id, identity)
         if record is None:
             if body.if_not_exists != "create":
@@ -125,10 +132,10 @@ class _Runs:
             created = registry.create_thread(ThreadRecord(thread_id, identity, {"graph_id": graph_id}))
             if created is None:  # someone else's, or made meanwhile: not this caller's to run on
                 raise refuse(409, f"thread {thread_id!r} already exists")
-            return created, thread_id
+            return True
         if record.metadata.get("graph_id") != graph_id:
-            record = registry.update_thread(thread_id, {"graph_id": graph_id}) or record
-        return record, None
+            registry.update_thread(thread_id, {"graph_id": graph_id})
+        return False
 
     def _where(self, run: ActiveRun) -> dict[str, str]:
         base = f"/threads/{run.thread_id}/runs/{run.run_id}"

@@ -303,9 +303,18 @@ class RunManager(RelayHandlers):
         return list(self._by_thread.get(thread_id, ()))
 
     async def start(
-        self, target: Target, thread_id: str, body: RunCreate, owner: str | None, *, temporary: bool = False
+        self,
+        target: Target,
+        thread_id: str,
+        body: RunCreate,
+        owner: str | None,
+        *,
+        temporary: bool = False,
+        prepare: Callable[[], object] | None = None,
     ) -> ActiveRun:
-        """Record a run and start it (it waits for its turn on the thread).
+        """Record a run and start it (it waits for its turn on the thread). ``prepare`` (blocking: finding or making
+        the run's thread, say) is called first, in the same trip off the event loop as the record's write; what it
+        raises refuses the run.
 
         Raises:
             ThreadBusyError: ``reject`` and the thread has a pending or running run here.
@@ -331,7 +340,8 @@ class RunManager(RelayHandlers):
         )
         queue = self._by_thread.setdefault(thread_id, [])
         strategy = body.multitask_strategy
-        if strategy == "reject" and queue:
+        # Only the thread's owner hears that it is busy: another caller's run is refused by ``prepare`` (404).
+        if strategy == "reject" and queue and queue[-1].record.owner == owner:
             raise ThreadBusyError(
                 f"thread {thread_id!r} is busy with run {queue[-1].run_id!r} (multitask_strategy='reject')",
                 thread_id=thread_id,
@@ -353,7 +363,7 @@ class RunManager(RelayHandlers):
         queue.append(run)  # in line before the first await: a run started meanwhile sees it
         self._runs[run.run_id] = run
         try:
-            await run_in_threadpool(self._registry.put_run, record)
+            await run_in_threadpool(self._record, record, prepare)
         except BaseException:
             queue.remove(run)
             del self._runs[run.run_id]
@@ -367,6 +377,11 @@ class RunManager(RelayHandlers):
             self.follow_requested(run.run_id)
         run.task = asyncio.create_task(self._execute(run, source, body, before, target.graph.messages_key))
         return run
+
+    def _record(self, record: RunRecord, prepare: Callable[[], object] | None) -> None:
+        if prepare is not None:
+            prepare()
+        self._registry.put_run(record)
 
     def cancel(self, run: ActiveRun, action: CancelAction = "interrupt") -> None:
         """Cancel a run (it is rewound); ``rollback`` also deletes its record once it has ended."""

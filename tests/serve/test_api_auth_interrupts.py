@@ -4,6 +4,7 @@ with ``command={"resume": ...}``. Driven by the official client on a real uvicor
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from serve._serving import Server
+from serve._serving import WAIT, Server
 from serve.test_approval_served import Mailer, _agent
 from starlette.types import ASGIApp
 
@@ -146,3 +147,25 @@ def test_a_tool_approval_stops_the_turn_and_a_resume_command_approves_it(
     assert mailer.sent == ["ada@example.com"]
     assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
     check_request(model.requests[-1].messages)
+
+
+def test_another_identity_learns_nothing_of_a_busy_thread_not_even_that_it_is_busy(
+    serve: Callable[[ASGIApp], Server], clients: Callable[[Server, str | None], SyncLangGraphClient]
+) -> None:
+    release = threading.Event()
+    builder = StateGraph({"count": KeyStrategy.REPLACE})
+    builder.add_node("hold", lambda state: {"count": 1} if release.wait(WAIT) else {"count": 0})
+    builder.add_edge(START, "hold")
+    builder.add_edge("hold", END)
+    server = serve(create_app({"held": builder.compile(checkpointer=MemorySaver())}, auth=_who))
+    ann, bob = clients(server, "token-ann"), clients(server, "token-bob")
+    thread = ann.threads.create()["thread_id"]
+    run = ann.runs.create(thread, "held", input={"count": 0})
+    try:
+        with _status(409):  # its owner is told it is busy
+            ann.runs.create(thread, "held", input={"count": 0}, multitask_strategy="reject")
+        with _status(404):  # anyone else, that there is no such thread
+            bob.runs.create(thread, "held", input={"count": 0}, multitask_strategy="reject")
+    finally:
+        release.set()
+    assert ann.runs.join(thread, run["run_id"]) == {"count": 1}
