@@ -140,7 +140,7 @@ class RunEncoder:
     def take(self, output: RunOutput) -> list[tuple[str, str]]:
         events: list[tuple[str, str]] = []
         if self._pending is not None and not (type(output) is NodeOutput and output.state is self._pending):
-            events += self._flush()
+            events += self.flush()
         if isinstance(output, NodeOutput):
             self._streaming.pop((output.node,), None)
             if self._updates:
@@ -161,7 +161,7 @@ class RunEncoder:
 
     def finish(self) -> list[tuple[str, str]]:
         """The events after the last output: the last superstep's values; for a stop, the interrupts."""
-        events = self._flush()
+        events = self.flush()
         if self._interrupts:
             pending = [interrupt_json(i.interrupt) for i in self._interrupts]
             state = self._interrupts[-1].state
@@ -175,9 +175,6 @@ class RunEncoder:
     def flush(self) -> list[tuple[str, str]]:
         """The values of the superstep whose outputs came last (once: a later output of the same superstep adds
         none)."""
-        return self._flush()
-
-    def _flush(self) -> list[tuple[str, str]]:
         state, self._pending = self._pending, None
         if state is None or state is self._flushed:
             return []

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import reactivex as rx
 import uvicorn
 from reactivex import Observable
 from starlette.types import ASGIApp
@@ -26,9 +27,9 @@ from starlette.types import ASGIApp
 import rxgraph
 from rxgraph import Checkpoint, CheckpointSaver
 from rxgraph.agent import ChatChunk, ToolSpec
-from rxgraph.messages import Message
+from rxgraph.messages import Message, ToolMessage, UserMessage
 from rxgraph.rx import SignalType, do_finally
-from rxgraph.testing import DelegatingSaver, ScriptedChatModel
+from rxgraph.testing import DelegatingSaver, ScriptedChatModel, finish, text, tool_call
 
 WAIT = 10.0
 """Seconds a test waits for something that should happen at once, before it fails."""
@@ -56,6 +57,31 @@ class RewindWatch(DelegatingSaver):
             if not self._changed.wait_for(lambda: len(self.rewinds) >= count, WAIT):
                 raise AssertionError(f"no rewind #{count} was written within {WAIT} s (rewinds: {self.rewinds})")
             return self.rewinds[count - 1]
+
+
+WEATHER_CALL = tool_call("c1", "get_weather", '{"city": "Paris"}')
+"""The model's call of ``get_weather`` for Paris, as the served weather agents' models stream it."""
+
+
+class ReadingModel:
+    """A model that answers by reading the request: a question about the weather gets ``WEATHER_CALL``, a tool's
+    result "Sunny today.", anything else the pieces ``answer(last message)`` gives ("Rain." by default). Every
+    request is kept."""
+
+    def __init__(self, answer: Callable[[Message], Sequence[str]] = lambda _: ["Rain."]) -> None:
+        self.requests: list[Sequence[Message]] = []
+        self._answer = answer
+
+    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
+        self.requests.append(tuple(messages))
+        last = messages[-1]
+        if isinstance(last, UserMessage) and "Weather" in last.content:
+            chunks = [WEATHER_CALL, finish("tool_calls")]
+        elif isinstance(last, ToolMessage):
+            chunks = [text("Sunny "), text("today."), finish()]
+        else:
+            chunks = [*(text(piece) for piece in self._answer(last)), finish()]
+        return rx.from_iterable(chunks)
 
 
 class SignallingModel(ScriptedChatModel):

@@ -5,50 +5,28 @@ is its pre-turn state and the next turn's model request is valid. Also ``reject`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import reactivex as rx
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from reactivex import Observable
-from serve._serving import WAIT, RewindWatch, Server, leave_when
-from serve.test_app import CALL, Tool
+from serve._serving import WAIT, ReadingModel, RewindWatch, Server, leave_when
+from serve.test_app import Tool
 from starlette.types import ASGIApp
 
 from rxgraph import MemorySaver, SqliteSaver
-from rxgraph.agent import ChatChunk, ReactAgent, ToolSpec
-from rxgraph.messages import Message, ToolMessage, UserMessage, check_request
+from rxgraph.agent import ReactAgent
+from rxgraph.messages import check_request
 from rxgraph.serve import create_app
 from rxgraph.serve._registry import LEASE, RunRecord
 from rxgraph.serve._registry_sqlite import SqliteRegistry
-from rxgraph.testing import finish, text
 
 ASK = {"messages": [{"type": "human", "content": "Weather in Paris?"}]}
 AGAIN = {"messages": [{"type": "human", "content": "And tomorrow?"}]}
-
-
-class ReadingModel:
-    """A model that answers by reading the request: a question about the weather gets a ``get_weather`` call, a
-    tool's result "Sunny today.", anything else "Rain." Every request is kept."""
-
-    def __init__(self) -> None:
-        self.requests: list[Sequence[Message]] = []
-
-    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
-        self.requests.append(tuple(messages))
-        last = messages[-1]
-        if isinstance(last, UserMessage) and "Weather" in last.content:
-            chunks = [CALL, finish("tool_calls")]
-        elif isinstance(last, ToolMessage):
-            chunks = [text("Sunny "), text("today."), finish()]
-        else:
-            chunks = [text("Rain."), finish()]
-        return rx.from_iterable(chunks)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import reactivex as rx
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
 from langgraph_sdk import get_sync_client
 from reactivex.scheduler import ThreadPoolScheduler
-from serve._serving import WAIT, RewindWatch, Server, SignallingModel, events, post_turn, run_body
+from serve._serving import WAIT, WEATHER_CALL, RewindWatch, Server, SignallingModel, events, post_turn, run_body
 from starlette.types import ASGIApp
 
 from rxgraph import (
@@ -38,9 +38,9 @@ from rxgraph import (
 from rxgraph.agent import ReactAgent, tool
 from rxgraph.messages import UserMessage, check_request
 from rxgraph.serve import create_app
-from rxgraph.testing import finish, text, tool_call
+from rxgraph.testing import finish, text
 
-CALL = tool_call("c1", "get_weather", '{"city": "Paris"}')
+CALL = WEATHER_CALL
 POOL = ThreadPoolScheduler(4)
 ASK = {"messages": "Weather in Paris?"}
 

@@ -31,19 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import reactivex as rx
 from langgraph_sdk import get_sync_client
-from reactivex import Observable
-from serve._serving import WAIT, RewindWatch, Server
-from serve.test_app import CALL, Tool
+from serve._serving import WAIT, ReadingModel, RewindWatch, Server
+from serve.test_app import Tool
 from serve.test_approval_served import ASKED, Mailer, _agent
 from starlette.types import ASGIApp
 
 from rxgraph import MemorySaver
-from rxgraph.agent import ChatChunk, ReactAgent, ToolSpec
-from rxgraph.messages import Message, ToolMessage, UserMessage, check_request
+from rxgraph.agent import ReactAgent
+from rxgraph.messages import Message, check_request
 from rxgraph.serve import create_app
-from rxgraph.testing import finish, text
 
 JS = Path(__file__).parent / "js"
 NODE, NPM = shutil.which("node"), shutil.which("npm")
@@ -206,23 +203,9 @@ def node(js_client: Path, *args: str) -> Iterator[Script]:
         script.close()
 
 
-class EchoModel:
-    """A model that answers by reading the request: a question about the weather gets a ``get_weather`` call, the
-    tool's result "Sunny today.", anything else "You said: <it>". Every request is kept."""
-
-    def __init__(self) -> None:
-        self.requests: list[Sequence[Message]] = []
-
-    def stream(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Observable[ChatChunk]:
-        self.requests.append(tuple(messages))
-        last = messages[-1]
-        if isinstance(last, UserMessage) and "Weather" in last.content:
-            chunks = [CALL, finish("tool_calls")]
-        elif isinstance(last, ToolMessage):
-            chunks = [text("Sunny "), text("today."), finish()]
-        else:
-            chunks = [text("You said: "), text(str(last.content)), finish()]
-        return rx.from_iterable(chunks)
+def _echo(last: Message) -> list[str]:
+    """What the model answers to anything but the weather: "You said: <it>"."""
+    return ["You said: ", str(last.content)]
 
 
 @pytest.fixture
@@ -232,8 +215,8 @@ def saver() -> RewindWatch:
 
 def _echo_server(
     saver: RewindWatch, serve: Callable[[ASGIApp], Server], tool: Tool | None = None
-) -> tuple[Server, EchoModel]:
-    model = EchoModel()
+) -> tuple[Server, ReadingModel]:
+    model = ReadingModel(_echo)
     agent = ReactAgent(model, tools=[(tool or Tool()).tool], checkpointer=saver)
     return serve(create_app(agent)), model
 
