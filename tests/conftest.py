@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import rxgraph.otel
 from rxgraph import CheckpointSaver, MemorySaver, SqliteSaver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +24,13 @@ SAVER_KINDS = ("memory", "sqlite", "postgres")
 POSTGRES_ENV = "RXGRAPH_TEST_POSTGRES"
 """A ``postgresql://`` URL of a server (and a database on it) the tests may use; its user must be allowed to create
 databases. Without it, the tests start a throwaway cluster of their own with ``.ci/postgres``."""
+
+
+@pytest.fixture(autouse=True)
+def _not_instrumented() -> Iterator[None]:
+    """A test that instruments rxgraph (a documentation example, say) leaves it as it found it: not instrumented."""
+    yield
+    rxgraph.otel.uninstrument()
 
 
 @pytest.fixture(params=SAVER_KINDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import reactivex as rx
 from pydantic import BaseModel
@@ -32,6 +32,7 @@ from ..graph._run_info import RunInfo
 from ..graph._state import KeyStrategy
 from ..messages._rules import request_violations
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ..otel._active import telemetry
 from ._approval import ApprovalRequest, Approve, Edit, Reject, decisions_for
 from ._model import ChatChunk, ChatModel, merge_chunks
 from ._tools import Tool, tool
@@ -43,6 +44,14 @@ AgentInput = str | Message | Sequence[Message] | Command[Any]
 ``Command(resume=...)`` answering the turn's pending tool approval."""
 
 _NO_RESULT = object()
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+    from ..otel._telemetry import Telemetry
+
+    _Traced = tuple[Telemetry, Context]
+    """Where a tool call's span goes: the telemetry, and the context of the node that runs it."""
 
 
 class ReactAgent:
@@ -286,7 +295,11 @@ class ReactAgent:
         if self.trim is not None:
             request = _trimmed(self.trim, request, prompted=bool(self.system_prompt), thread_id=config.thread_id)
         tools = self._specs if calls + 1 < self.max_iterations else ()
-        return self.model.stream(request, tools)
+        stream = self.model.stream(request, tools)
+        reporting = telemetry()
+        if reporting is not None:  # a chat span per call (a model that traces its own calls is left as it is)
+            stream = reporting.chat(stream, model=_model_name(self.model), messages=request)
+        return stream
 
     def _call_tools(self, state: Mapping[str, Any], run: RunInfo) -> Observable[ToolMessage]:
         last = state["messages"][-1]
@@ -295,21 +308,31 @@ class ReactAgent:
             call for call in last.tool_calls if (known := self.tools.get(call.name)) and known.requires_approval
         )
         decisions: Mapping[str, Approve | Edit | Reject] = {}
+        reporting = telemetry()
         if gated:
             # The turn stops here until a human answers; resumed, this node runs again and gets the answer.
             request = ApprovalRequest(calls=gated)
+            if reporting is not None:  # the wait shows on the node's span (the run ends "interrupted")
+                reporting.event("rxgraph.approval.requested", {"gen_ai.tool.call.id": [c.id for c in gated]})
             decisions = decisions_for(request, interrupt(request))
+            if reporting is not None:
+                answers = {
+                    "gen_ai.tool.call.id": list(decisions),
+                    "rxgraph.approval": [d.decision for d in decisions.values()],
+                }
+                reporting.event("rxgraph.approval.answered", answers)
         # Every call gets exactly one message, errors included; they are started in call order, at most
         # max_parallel_tools at a time, and emitted as they finish (_tools_update puts them back in call order).
         # The calls are handed to merge at once, not on the run's scheduler: a TestScheduler would add a tick.
+        traced = (reporting, reporting.current_context()) if reporting is not None else None
         calls = rx.from_iterable(
-            [self._decided(call, decisions.get(call.id), run) for call in last.tool_calls],
+            [self._decided(call, decisions.get(call.id), run, traced) for call in last.tool_calls],
             scheduler=ImmediateScheduler.singleton(),
         )
         return calls.pipe(ops.merge(max_concurrent=self.max_parallel_tools))
 
     def _decided(
-        self, call: ToolCall, decision: Approve | Edit | Reject | None, run: RunInfo
+        self, call: ToolCall, decision: Approve | Edit | Reject | None, run: RunInfo, traced: _Traced | None
     ) -> Observable[ToolMessage]:
         if isinstance(decision, Reject):
             return rx.of(
@@ -320,11 +343,14 @@ class ReactAgent:
                     is_error=True,
                 )
             )
+        approval = decision.decision if decision is not None else None
         if isinstance(decision, Edit):
-            return self._run_tool(call.model_copy(update={"arguments": decision.arguments}), run)
-        return self._run_tool(call, run)
+            return self._run_tool(call.model_copy(update={"arguments": decision.arguments}), run, traced, approval)
+        return self._run_tool(call, run, traced, approval)
 
-    def _run_tool(self, call: ToolCall, run: RunInfo) -> Observable[ToolMessage]:
+    def _run_tool(
+        self, call: ToolCall, run: RunInfo, traced: _Traced | None = None, approval: str | None = None
+    ) -> Observable[ToolMessage]:
         def error(reason: str) -> ToolMessage:
             return ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True)
 
@@ -345,9 +371,22 @@ class ReactAgent:
         def failed(exception: Exception, _: Observable[ToolMessage]) -> Observable[ToolMessage]:
             return rx.of(error(f"tool {call.name!r} failed: {type(exception).__name__}: {exception}"))
 
-        return chosen.run(run, self.tool_scheduler, **arguments).pipe(
-            ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed)
-        )
+        result = chosen.run(run, self.tool_scheduler, **arguments)
+        if traced is not None:  # a span per call, a child of the tools node's, whatever thread runs the tool
+            reporting, parent = traced
+            result = reporting.tool(
+                result, name=call.name, call_id=call.id, arguments=call.arguments, parent=parent, approval=approval
+            )
+        return result.pipe(ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed))
+
+
+def _model_name(model: ChatModel) -> str:
+    """What a chat span calls a model: its ``model`` (or ``model_name``) when that is a string, else its type."""
+    for attribute in ("model", "model_name"):
+        name = getattr(model, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    return type(model).__name__
 
 
 def _trimmed(

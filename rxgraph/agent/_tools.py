@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import sys
@@ -152,7 +153,13 @@ class Tool:
             if parameter is not None:
                 keywords[parameter] = run
 
+            # Called on the scheduler's thread, the function sees the context vars of the subscriber (an
+            # OpenTelemetry span, say), as a call on the subscribing thread would.
+            context = contextvars.copy_context() if scheduler is not None else None
+
             def _call() -> Any:
+                if context is not None:
+                    return context.run(self.fn, **keywords)
                 return self.fn(**keywords)
 
             def _result(value: Any) -> Observable[Any]:

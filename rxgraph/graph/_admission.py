@@ -20,6 +20,7 @@ from ..rx._awaitable import running_loop
 from ._slots import RunSlots, SlotHolder
 
 if TYPE_CHECKING:
+    from ..otel._run_trace import RunTrace
     from ._config import MultitaskPolicy
 
 __all__ = ["Admission", "UpdateHolder"]
@@ -28,13 +29,16 @@ __all__ = ["Admission", "UpdateHolder"]
 class Admission:
     """One run's place on its thread: its claim on the slot, the news that it is ending, and its release."""
 
-    __slots__ = ("_policy", "_run", "_slots", "_thread_id")
+    __slots__ = ("_policy", "_run", "_slots", "_thread_id", "_trace")
 
-    def __init__(self, run: SlotHolder, slots: RunSlots, thread_id: str, policy: MultitaskPolicy) -> None:
+    def __init__(
+        self, run: SlotHolder, slots: RunSlots, thread_id: str, policy: MultitaskPolicy, trace: RunTrace | None = None
+    ) -> None:
         self._run = run
         self._slots = slots
         self._thread_id = thread_id
         self._policy = policy
+        self._trace = trace  # counts the run while it waits for the slot and while it holds it
 
     def claim(self) -> None:
         """Claim the slot (or line up for it): the run is ``granted`` it, or ``refused`` (``ThreadBusyError``), now
@@ -49,7 +53,10 @@ class Admission:
             return
         if claim.outcome == "granted":
             run.granted()
-        elif claim.outcome == "interrupt":
+            return
+        if self._trace is not None:
+            self._trace.slot_waiting()  # unless the slot passed to it already (the trace counts it once)
+        if claim.outcome == "interrupt":
             assert claim.holder is not None
             claim.holder.preempt(run.run_id)  # it ends, frees the slot, and that grants it to this run
 
@@ -59,6 +66,8 @@ class Admission:
 
     def release(self) -> None:
         """The run is over and cleaned up: the slot passes to the next in line."""
+        if self._trace is not None:
+            self._trace.slot_released()  # first: the run it passes to is counted as holding it next
         self._slots.release(self._thread_id, self._run)
 
 

@@ -7,6 +7,7 @@ A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -205,9 +206,8 @@ class CompiledGraph:
         if scheduler is None and not CurrentThreadScheduler.singleton().schedule_required():
             # A trampoline runs on this thread (this is a node of another run, or an operator's callback): the run
             # would be queued on it behind the very action that now blocks waiting for it. Start it on a worker.
-            worker_pool().schedule(
-                lambda *_: run.subscribe(_on_next, on_error=_on_error, on_completed=done.set) and None
-            )
+            context = contextvars.copy_context()  # subscribed there in the caller's context (its span, say)
+            worker_pool().schedule(lambda *_: context.run(run.subscribe, _on_next, _on_error, done.set) and None)
         else:
             run.subscribe(_on_next, on_error=_on_error, on_completed=done.set)
         if not done.is_set() and isinstance(scheduler, VirtualTimeScheduler):

@@ -6,9 +6,9 @@ Life of a run::
     subscribe   claim the thread's slot (``_admission``) or wait in line, per ``multitask``; schedule the start on
                 the run's scheduler or on this thread's trampoline (``_hops``), and return: nothing has run and
                 nothing was read yet
-    start       choose the base (``choose_base``, now), take its position: new input is merged and routed from
-                START (``after_input``), no input takes up its pending work (``after_resume``); write the input
-                checkpoint (``ThreadWriter``)
+    start       choose the base (``choose_base``, now), take its position (``_start``): new input is merged and
+                routed from START (``after_input``), no input takes up its pending work (``after_resume``); write
+                the input checkpoint (``ThreadWriter``)
     drive       superstep after superstep, in a loop: call the action (``_steps``); an update goes straight to the
                 tail; an Observable is subscribed, its chunks forwarded, and its completion runs the tail
     tail        land the superstep (``after_superstep``: merge, route), write its checkpoint (guarded), emit a
@@ -40,19 +40,17 @@ import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reactivex import abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
-from ..errors import GraphRecursionError, InvalidTypeError
+from ..errors import GraphRecursionError
+from ..otel._active import telemetry
 from ..rx._awaitable import background_loop, from_awaitable, loop_of_scheduler
 from ..rx._subscribe import subscribe_source
 from ._admission import Admission
-from ._choose_base import choose_base
 from ._config import RunnableConfig
-from ._constants import START
-from ._dead_run import is_unfinished, rewind_dead_run, rewinds_dead_runs
 from ._edges import task_node
 from ._hops import Hops
 from ._interrupt import NO_CALL, CallScope, Command, PendingInterrupt, enter_scope, leave_scope, scoped
@@ -62,17 +60,17 @@ from ._run_end import RunEnd
 from ._run_info import RunInfo, for_call
 from ._slots import slots_for
 from ._spec import GraphSpec
+from ._start import take_position
 from ._steps import COMPLETED_WHILE_SUBSCRIBING, SUBSCRIBING, WAITING, LateResult, Step, Superstep, called_on
 from ._transition import (
     Position,
-    after_command,
-    after_input,
-    after_resume,
     after_superstep,
-    check_resumable,
     plain_update,
 )
 from ._writer import ThreadWriter
+
+if TYPE_CHECKING:
+    from ..otel._run_trace import RunTrace
 
 __all__ = ["Run"]
 
@@ -108,6 +106,7 @@ class Run:
         "spec",
         "step",
         "steps",
+        "trace",
         "writer",
     )
 
@@ -152,9 +151,21 @@ class Run:
         self.emitting = False  # an output is being handed to the subscriber right now
         self.hops = Hops(self, self.scheduler)
         self.end = RunEnd(self)
+        # Traced from its subscription (now): its span's parent is the span current here, the subscriber's. A
+        # subgraph's run (told its updates) is traced inside its node's span, and counted with its parent.
+        reporting = telemetry()
+        self.trace: RunTrace | None = (
+            reporting.start_run(
+                run_id=self.writer.run_id,
+                thread_id=config.thread_id if on_updates is None else None,
+                inner=on_updates is not None,
+            )
+            if reporting is not None
+            else None
+        )
         saver, thread_id = self.writer.saver, self.writer.thread_id
         self.admission = (
-            Admission(self, slots_for(saver), thread_id, config.multitask or spec.policy.multitask)
+            Admission(self, slots_for(saver), thread_id, config.multitask or spec.policy.multitask, self.trace)
             if saver is not None and thread_id is not None
             else None
         )
@@ -180,6 +191,8 @@ class Run:
 
     def granted(self) -> None:
         """The thread's slot is this run's (at once, or passed to it while it waited): start it."""
+        if self.trace is not None and self.admission is not None:
+            self.trace.slot_granted()
         self.hops.schedule(self._start)
 
     def refused(self, error: Exception) -> None:
@@ -199,62 +212,11 @@ class Run:
     def _start(self) -> None:
         self.hops.here()
         try:
-            self._begin()
+            take_position(self)
         except Exception as error:
             self.end.fail(error)
             return
         self._drive()
-
-    def _begin(self) -> None:
-        """Read the base (now, at start time) and take up its position: merge the input and route from START, or —
-        resuming (no input, or a ``Command``) — the base checkpoint's pending superstep."""
-        spec, writer, config = self.spec, self.writer, self.config
-        choice = None
-        if writer.saver is not None and writer.thread_id is not None:
-            head = writer.saver.get(writer.thread_id)
-            if head is not None and rewinds_dead_runs(spec.policy) and is_unfinished(head):
-                # This run holds the thread's slot: a head left by a run that meant to go on is a dead run's, whose
-                # turn is undone first, as its cancel or failure would have undone it.
-                rewound = rewind_dead_run(
-                    writer.saver, writer.thread_id, spec.messages_key, by_run=writer.run_id, head=head
-                )
-                head = rewound if rewound is not None else writer.saver.get(writer.thread_id)
-            choice = choose_base(
-                writer.saver,
-                writer.thread_id,
-                checkpoint_id=config.checkpoint_id,
-                has_input=self.input is not None,
-                on_unsafe_head=spec.policy.on_unsafe_head,
-                head=head,
-            )
-        base = choice.base if choice is not None else None
-        resumed = None
-        if self.input is None:  # refused before the writer starts: nothing is written or recorded
-            command = self.resume
-            has_saver = writer.saver is not None
-            if command is not None and (command.update is not None or command.goto):
-                resumed = after_command(spec, base, command, has_saver=has_saver, thread_id=writer.thread_id)
-            else:
-                resuming = check_resumable(base, has_saver=has_saver, thread_id=writer.thread_id, command=command)
-                resumed = after_resume(spec, resuming, command.resume if command is not None else None)
-        if choice is not None:
-            writer.start(choice)
-        if resumed is not None:
-            self.at, self.answering = resumed.at, resumed.answering
-            if resumed.record is not None:
-                node, source = resumed.record
-                writer.commit_position(self.at, node=node, source=source)
-            return
-        if not isinstance(self.input, Mapping):
-            raise InvalidTypeError(
-                f"the input of a run must be a mapping of state keys, a Command or None, got "
-                f"{type(self.input).__name__}",
-                argument="input",
-            )
-        # New input: the turn starts at START; an interrupt the base was waiting on is left unanswered.
-        at = after_input(spec, base.values if base is not None else {}, self.input)
-        writer.commit_position(at, node=START, source="input")
-        self.at = at
 
     # -- stepping ----------------------------------------------------------------------------------------------
 
@@ -269,10 +231,14 @@ class Run:
         save = functools.partial(self.save_progress, index, node.name) if node.subgraph else None
         call = CallScope(resumes, inner, save) if resumes or inner is not None or save is not None else NO_CALL
         token = enter_scope(call)
+        trace = self.trace
+        traced = trace.enter(index) if trace is not None else None  # the node's span is current in its call
         try:
             info = self.info if node.run_info is None or step is None else for_call(self.info, step.on_write)
             return scoped(node.call(state_view, self.config, info), call, node.name)
         finally:
+            if trace is not None:
+                trace.leave(traced)
             leave_scope(token)
 
     def save_progress(self, index: int, node: str, inner_node: str, inner: Mapping[str, Any]) -> None:
@@ -339,6 +305,8 @@ class Run:
             Exception: what the action raised; the ``NodeInterrupt`` it returned; ``InvalidUpdateError`` for a
                 result that is none of those.
         """
+        if self.trace is not None:
+            self.trace.node_started(node.name, index, self.steps)
         if node.scheduler is not None:
             # Blocking work: the action is called on the node's scheduler, and its result comes back later.
             return LATER, called_on(node.scheduler, functools.partial(self._call, node, state_view, index, step))
@@ -348,12 +316,19 @@ class Run:
 
     def subscribe_step(self, step: Step, source: Any, *, late: bool) -> abc.DisposableBase:
         """Subscribe ``step`` to its node's stream (through ``LateResult`` for a result that comes later)."""
-        if not late:
-            return subscribe_source(source, step.on_next, step.on_error, step.on_completed, self.scheduler)
-        resolver = LateResult(self, step)
-        return CompositeDisposable(
-            subscribe_source(source, resolver.on_next, step.on_error, resolver.on_completed, None), resolver.inner
-        )
+        trace = self.trace
+        # Subscribed inside the node's span: a model call, a tool or a subgraph's run it starts is its child.
+        token = trace.enter(step.index) if trace is not None else None
+        try:
+            if not late:
+                return subscribe_source(source, step.on_next, step.on_error, step.on_completed, self.scheduler)
+            resolver = LateResult(self, step)
+            return CompositeDisposable(
+                subscribe_source(source, resolver.on_next, step.on_error, resolver.on_completed, None), resolver.inner
+            )
+        finally:
+            if trace is not None:
+                trace.leave(token)
 
     def _superstep(self, tasks: tuple[Any, ...]) -> bool:
         """Start every task of a parallel superstep; True when all of them finished synchronously and the drive
@@ -430,6 +405,8 @@ class Run:
             return False
         if checkpoint is None and writer.saver is not None:
             return False  # cancelled under the write lock
+        if self.trace is not None:
+            self.trace.landed(checkpoint.id if checkpoint is not None else None)
         self.at = at
         if self.on_updates is not None:
             try:

@@ -37,10 +37,12 @@ once, and ``finished`` (wired with ``do_finally``, after the whole upstream was 
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reactivex import abc
 from reactivex.disposable import SerialDisposable
@@ -56,6 +58,10 @@ from ._spec import GraphSpec
 from ._steps import Step, Superstep
 from ._transition import Position
 from ._writer import ThreadWriter
+
+if TYPE_CHECKING:
+    from ..checkpoint._base import Checkpoint
+    from ..otel._run_trace import Outcome, RunTrace
 
 __all__ = ["EndHost", "RunEnd"]
 
@@ -81,6 +87,12 @@ class EndHost(Protocol):
 
     @property
     def on_final_state(self) -> Callable[[Mapping[str, Any]], None] | None: ...
+
+    @property
+    def on_updates(self) -> Callable[[tuple[Any, ...]], None] | None: ...
+
+    @property
+    def trace(self) -> RunTrace | None: ...
 
     @property
     def at(self) -> Position: ...
@@ -151,6 +163,7 @@ class RunEnd:
         if not self.claim():
             return
         self._release()
+        self._traced("interrupted" if run.at.stop is not None else "completed")  # a stop: interrupt_before/after
         if run.on_final_state is not None:
             run.on_final_state(run.spec.schema.shown(MappingProxyType(run.at.state)))
         run.observer.on_completed()
@@ -176,6 +189,7 @@ class RunEnd:
                 self._record_failure(failure)
             finally:
                 self._release()
+            self._traced("failed", failure)
             run.observer.on_error(failure)
             return
         if checkpoint is None and writer.saver is not None:
@@ -194,6 +208,7 @@ class RunEnd:
             run.observer.on_error(failure)
             return
         self._release()
+        self._traced("interrupted")
         if run.on_final_state is not None:
             run.on_final_state(run.spec.schema.shown(MappingProxyType(run.at.state)))
         run.observer.on_completed()
@@ -209,6 +224,8 @@ class RunEnd:
         reaches the end — a ``NodeInterrupt`` stops the run for a human (in a parallel superstep, once its other
         branches have ended too: ``Superstep.branch_asked``), anything else fails it."""
         if not isinstance(error, NodeInterrupt):
+            if self.run.trace is not None:
+                self.run.trace.node_failed(index, error)
             self.fail(error)
         elif group is not None:
             group.branch_asked(index, node, error)
@@ -226,6 +243,7 @@ class RunEnd:
             self._record_failure(error)
         finally:
             self._release()
+        self._traced("failed", error)
         run.observer.on_error(error)
 
     def cancel(self) -> None:
@@ -274,7 +292,7 @@ class RunEnd:
         run.current.dispose()
         if not self.claim():
             return  # it is ending anyway; the newer run waits in line for its slot
-        self._end_abnormally()
+        self._end_abnormally(interrupted_by=by_run)
         thread_id = run.thread_id or ""
         self.late_error = RunInterruptedError(
             f"run {run.run_id} on thread {thread_id!r} was interrupted by run {by_run} (multitask='interrupt'); "
@@ -319,31 +337,94 @@ class RunEnd:
         if self.run.admission is not None:
             self.run.admission.release()
 
-    def _end_abnormally(self) -> None:
+    def _end_abnormally(self, *, interrupted_by: str | None = None) -> None:
+        """Cancelled (or as cancelled): undo the turn as the policy says, free the thread, close the trace."""
         self._begin_ending()
         try:
-            self._undo()
+            self._undo(interrupted_by)
         finally:
             self._release()
+        trace = self.run.trace
+        if trace is not None:
+            if interrupted_by is not None:
+                trace.ended("cancelled", None, **{"rxgraph.interrupted_by": interrupted_by})
+            else:
+                trace.ended("cancelled")
+
+    def _traced(self, outcome: Outcome, error: Exception | None = None) -> None:
+        """The run's trace ends ``outcome`` (before its subscriber is told: the subscriber sees its spans ended)."""
+        trace = self.run.trace
+        if trace is not None:
+            trace.ended(outcome, error)
+
+    def _rewind(self, error: str | None = None) -> Checkpoint | None:
+        """``writer.rewind``, and the trace's ``rxgraph.rewind`` event when it wrote a new head."""
+        writer, trace = self.run.writer, self.run.trace
+        if trace is None:
+            return writer.rewind(error=error)
+        left = writer.head.id if writer.head is not None else None
+        started = time.perf_counter()
+        rewound = writer.rewind(error=error)
+        if rewound is not None:
+            seconds = time.perf_counter() - started
+            trace.rewound(to=rewound.parent_id, left=left, head=rewound.id, seconds=seconds)
+        return rewound
+
+    def _logs(self) -> bool:
+        """Whether this run's end is logged: a run of its own (a subgraph's run is its parent's to log)."""
+        return self.run.on_updates is None and log.isEnabledFor(logging.INFO)
 
     def _record_failure(self, error: Exception) -> None:
         """A failed run stops where it is (nothing more of it lands), then, as ``on_error`` says, rewinds the thread
-        or keeps what it wrote — recording the error in the history either way."""
+        or keeps what it wrote — recording the error in the history either way. Logged at INFO: where the thread
+        now stands."""
         run = self.run
         writer = run.writer
         writer.mark_cancelled()
         run.info.cancelled.set()
         self.stop_steps()  # a stream still running (the failure came from the tail, say) stops too
-        if not writer.started:
-            return  # it failed before it read the thread: nothing to undo or to record
         text = f"{type(error).__name__}: {error}"
+        if not writer.started:  # it failed before it read the thread: nothing to undo or to record
+            if self._logs():
+                if writer.thread_id is None or writer.saver is None:
+                    log.info("run %s failed (%s); it keeps no thread", writer.run_id, text)
+                else:
+                    log.info(
+                        "thread %r: run %s failed before it read the thread (%s); the thread is unchanged",
+                        writer.thread_id,
+                        writer.run_id,
+                        text,
+                    )
+            return
         try:
             if run.spec.policy.on_error == "rewind":
-                writer.rewind(error=text)
+                rewound = self._rewind(error=text)
+                if rewound is not None and self._logs():
+                    log.info(
+                        "thread %r: run %s failed (%s) and was rewound to %s; its head is now checkpoint %s "
+                        "(seq %d), which records the error",
+                        writer.thread_id,
+                        writer.run_id,
+                        text,
+                        _checkpoint(rewound.parent_id),
+                        rewound.id,
+                        rewound.seq,
+                    )
             else:
                 # A resume (stream(None)) runs the failed superstep again, but the branches that had finished.
                 at = run.at.with_done(run.group.finished() if run.group is not None else {})
-                writer.record_error(text, next_nodes=at.next_nodes, pending=at.pending())
+                kept = writer.record_error(text, next_nodes=at.next_nodes, pending=at.pending())
+                if kept is not None and self._logs():
+                    log.info(
+                        "thread %r: run %s failed (%s); what it wrote is kept (on_error='keep'): its head is now "
+                        "checkpoint %s (seq %d), which records the error, and a resume goes on from %s",
+                        writer.thread_id,
+                        writer.run_id,
+                        text,
+                        kept.id,
+                        kept.seq,
+                        ", ".join(kept.next) or "nowhere",
+                    )
         except CheckpointConflictError as conflict:
             log.info(
                 "thread %r: run %s failed (%s); another writer moved the head to %s since, which stays",
@@ -357,31 +438,70 @@ class RunEnd:
                 "thread %r: run %s failed (%s) and recording that failed", writer.thread_id, writer.run_id, text
             )
 
-    def _undo(self) -> None:
-        """Put the thread back as the cancel policy says; runs after the whole upstream was torn down."""
+    def _undo(self, interrupted_by: str | None = None) -> None:
+        """Put the thread back as the cancel policy says; runs after the whole upstream was torn down. Logged at
+        INFO (for a run with a thread): where the thread now stands."""
         writer = self.run.writer
+        how = f"interrupted by run {interrupted_by}" if interrupted_by is not None else "cancelled"
         if self.run.spec.policy.on_cancel == "keep":
             writer.close()
+            if writer.saver is not None and self._logs():
+                log.info(
+                    "thread %r: run %s was %s; what it wrote is kept (on_cancel='keep'): its head is %s",
+                    writer.thread_id,
+                    writer.run_id,
+                    how,
+                    _checkpoint(writer.head.id if writer.head is not None else None),
+                )
             return
         try:
-            rewound = writer.rewind()
+            rewound = self._rewind()
         except CheckpointConflictError as conflict:
             log.info(
-                "thread %r: run %s was cancelled, but another writer moved the head to %s since; the rewind "
+                "thread %r: run %s was %s, but another writer moved the head to %s since; the rewind "
                 "leaves that newer head alone",
                 writer.thread_id,
                 writer.run_id,
+                how,
                 conflict.actual_head,
             )
         except Exception:
             # Never mask the cancellation: the next turn's safe-head selection still protects the history.
             log.exception(
-                "thread %r: run %s was cancelled and rewinding the thread to its pre-turn state failed",
+                "thread %r: run %s was %s and rewinding the thread to its pre-turn state failed",
                 writer.thread_id,
                 writer.run_id,
+                how,
             )
         else:
+            if writer.saver is None or not self._logs():
+                return
             if rewound is not None:
-                log.debug(
-                    "thread %r: cancelled run %s rewound to %s", writer.thread_id, writer.run_id, rewound.parent_id
+                log.info(
+                    "thread %r: run %s was %s and rewound to %s; its head is now checkpoint %s (seq %d)",
+                    writer.thread_id,
+                    writer.run_id,
+                    how,
+                    _checkpoint(rewound.parent_id),
+                    rewound.id,
+                    rewound.seq,
                 )
+            elif writer.started:
+                log.info(
+                    "thread %r: run %s was %s before it wrote anything; its head stays %s",
+                    writer.thread_id,
+                    writer.run_id,
+                    how,
+                    _checkpoint(writer.head.id if writer.head is not None else None),
+                )
+            else:
+                log.info(
+                    "thread %r: run %s was %s before it started; the thread is unchanged",
+                    writer.thread_id,
+                    writer.run_id,
+                    how,
+                )
+
+
+def _checkpoint(checkpoint_id: str | None) -> str:
+    return f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "its empty start (no checkpoint)"

@@ -12,13 +12,14 @@ turn boundary.
 
 from __future__ import annotations
 
+import contextvars
 import uuid
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import reactivex as rx
-from reactivex import Observable
+from reactivex import Observable, abc
 from reactivex import operators as ops
 
 from .._frozen import FrozenList
@@ -176,7 +177,15 @@ class SubgraphNode:
             # A node of the subgraph sent a command to this graph: the inner run ended there.
             return rx.of(SubgraphEvent(self.name, None, tuple(waiting), command=error.command))
 
-        run = inner_stream(self.graph, saver, source, inner_config, on_updates, shown_thread=config.thread_id)
+        inner = inner_stream(self.graph, saver, source, inner_config, on_updates, shown_thread=config.thread_id)
+        # concat subscribes the inner run later (on the trampoline): in the context vars of this call, so that it
+        # runs inside the node's (its OpenTelemetry span is the node's child).
+        context = contextvars.copy_context()
+
+        def _subscribe(observer: abc.ObserverBase[RunOutput], scheduler: abc.SchedulerBase | None = None) -> Any:
+            return context.copy().run(inner.subscribe, observer, scheduler=scheduler)
+
+        run = Observable(_subscribe)
         return rx.concat(run.pipe(ops.filter(keep), ops.map(event)), rx.defer(lambda _: after())).pipe(
             ops.catch(to_parent)
         )

@@ -20,6 +20,7 @@ from ..agent._model import ChatChunk, ToolCallDelta, ToolSpec
 from ..errors import InvalidArgumentError, InvalidTypeError, ModelAPIError
 from ..messages._openai import to_openai
 from ..messages._types import Message, TokenUsage
+from ..otel._active import telemetry
 from ..rx._awaitable import background_loop, loop_of_scheduler
 
 __all__ = ["OpenAIChatModel"]
@@ -169,7 +170,18 @@ class OpenAIChatModel:
             scheduled = worker.schedule(lambda *_: self._read(call, messages, tools))
             return Disposable(lambda: call.cancel(scheduled.dispose))
 
-        return Observable(subscribe)
+        reporting = telemetry()
+        if reporting is None:
+            return Observable(subscribe)
+        # A chat span per subscription (rxgraph.otel.instrument): the model, the server, the tokens it reports.
+        url = self.client.base_url
+        return reporting.chat(
+            Observable(subscribe),
+            model=self.model,
+            messages=messages,
+            provider=self.provider,
+            server=(url.host, url.port),
+        )
 
     def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The parameters of the request ``stream`` sends for ``messages`` and ``tools`` (to log or check it)."""

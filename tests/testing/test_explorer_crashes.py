@@ -56,7 +56,7 @@ def test_a_workflow_that_keeps_its_progress_is_not_held_to_the_rewind(
 
 
 def test_the_crash_mode_finds_a_runtime_that_does_not_undo_dead_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("rxgraph.graph._run.rewinds_dead_runs", lambda policy: False)
+    monkeypatch.setattr("rxgraph.graph._start.rewinds_dead_runs", lambda policy: False)
 
     report = explore_cancellations(_chat, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=["crash"])
 
