@@ -92,6 +92,10 @@ class Registry(abc.ABC):
     """Where the server keeps its thread and run records. Safe to call from several threads; each call is one
     atomic change or read. Blocking calls: the server makes them off its event loop."""
 
+    lanes: int = 1
+    """How many of its calls the server makes at once, each on a worker thread of its own. A store whose calls take
+    turns on one connection gains nothing from more: its callers would only queue on its lock, each in a thread."""
+
     @abc.abstractmethod
     def create_thread(self, record: ThreadRecord) -> ThreadRecord | None:
         """Store a new thread; ``None`` (and nothing written) when its id is taken."""

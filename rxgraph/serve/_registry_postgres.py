@@ -186,12 +186,14 @@ class PostgresRegistry(Registry):
                 name="rxgraph-server-records",
             )
             self._owns_pool = True
+            self.lanes = max_connections
         elif isinstance(conninfo_or_pool, ConnectionPool):
             pool = conninfo_or_pool
             self._where = _without_password(pool.conninfo if isinstance(pool.conninfo, str) else "")
             self._watchdog = Watchdog(timeout, self._where)
             self._pool = pool
             self._owns_pool = False
+            self.lanes = pool.max_size
             with self._checkout() as conn:
                 self._prepare(conn)
         else:

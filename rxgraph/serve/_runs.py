@@ -18,7 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +38,8 @@ from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, now
 from ._relay import CancelAction, Relay, RelayHandlers
 from ._targets import Target
 from ._wire import chunk_json, interrupt_json, wire, wire_update
+
+_T = TypeVar("_T")
 
 __all__ = ["ActiveRun", "EventLog", "RunEncoder", "RunManager"]
 
@@ -273,6 +275,15 @@ class RunManager(RelayHandlers):
         self._runs: dict[str, ActiveRun] = {}
         self._by_thread: dict[str, list[ActiveRun]] = {}
         self._ended: OrderedDict[str, ActiveRun] = OrderedDict()
+        self._lanes: anyio.CapacityLimiter | None = None
+
+    async def records(self, call: Callable[..., _T], *args: object) -> _T:
+        """``call(*args)``, a blocking call of the registry's, on a worker thread; at most ``registry.lanes`` at
+        once. The others wait their turn on the event loop, not each in a thread of its own queued on the registry's
+        lock. A cancel of the caller waits for the call to finish, so what it wrote is known."""
+        if self._lanes is None:  # made on the running loop (the app's lifespan may run more than once)
+            self._lanes = anyio.CapacityLimiter(self._registry.lanes)
+        return await anyio.to_thread.run_sync(call, *args, limiter=self._lanes)
 
     def get(self, run_id: str) -> ActiveRun | None:
         """A run this process executes, or executed recently."""
@@ -360,7 +371,7 @@ class RunManager(RelayHandlers):
         queue.append(run)  # in line before the first await: a run started meanwhile sees it
         self._runs[run.run_id] = run
         try:
-            await run_in_threadpool(self._record, record, prepare)
+            await self.records(self._record, record, prepare)
         except BaseException:
             queue.remove(run)
             del self._runs[run.run_id]
@@ -395,6 +406,7 @@ class RunManager(RelayHandlers):
 
     def open(self) -> None:
         """Start touching the records of this process's runs every ``HEARTBEAT`` seconds (on the running loop)."""
+        self._lanes = None
         self._heartbeat = asyncio.create_task(self._beat())
 
     async def _beat(self) -> None:
@@ -404,7 +416,7 @@ class RunManager(RelayHandlers):
                 for run in self._runs.values():
                     run.record = replace(run.record, updated_at=now())
                 try:
-                    await run_in_threadpool(self._registry.touch_runs, list(self._runs))
+                    await self.records(self._registry.touch_runs, list(self._runs))
                 except Exception:  # the next beat tries again; a run's record outlives a missed one (LEASE)
                     log.exception("rxgraph.serve: touching the records of this process's runs failed")
 
@@ -450,7 +462,7 @@ class RunManager(RelayHandlers):
     async def _run(self, run: ActiveRun, source: AsyncIterator[RunOutput], encoder: RunEncoder) -> RunStatus:
         if run.record.status == "pending":  # it waited for the runs before it on the thread: it runs now
             run.record = replace(run.record, status="running", updated_at=now())
-            await run_in_threadpool(self._registry.put_run, run.record)
+            await self.records(self._registry.put_run, run.record)
         outputs = RunOutputs(source)
         try:
             while True:
@@ -481,9 +493,9 @@ class RunManager(RelayHandlers):
         with anyio.CancelScope(shield=True):
             try:
                 if run.cancel_action == "rollback" or run.temporary:
-                    await run_in_threadpool(self._registry.delete_run, run.run_id)
+                    await self.records(self._registry.delete_run, run.run_id)
                 else:
-                    await run_in_threadpool(self._registry.set_status, run.run_id, status)
+                    await self.records(self._registry.set_status, run.run_id, status)
                 if run.temporary:
                     await run_in_threadpool(self._delete_thread, run.thread_id)
             except Exception:

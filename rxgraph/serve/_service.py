@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -124,7 +123,7 @@ class Service:
             Refusal: 404, no such thread, or it belongs to someone else (the same answer: a caller learns nothing
                 of another's threads).
         """
-        record = await run_in_threadpool(self.find_thread, thread_id, identity)
+        record = await self.runs.records(self.find_thread, thread_id, identity)
         if record is None:
             raise refuse(404, f"thread {thread_id!r} not found")
         return record

@@ -477,3 +477,32 @@ def test_registry_for_works_without_psycopg(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+class _TwoLanes(MemoryRegistry):
+    lanes = 2
+
+
+@pytest.mark.parametrize(("registry", "together"), [(MemoryRegistry(), False), (_TwoLanes(), True)])
+def test_the_server_makes_at_most_lanes_registry_calls_at_once(registry: Registry, together: bool) -> None:
+    """Two calls that can only finish together (they meet at a barrier): with one lane the second waits for the
+    first, which gives up at the barrier; with two, they meet."""
+    import asyncio
+
+    from rxgraph.serve._relay import LocalRelay
+    from rxgraph.serve._runs import RunManager
+
+    manager = RunManager(registry, MemorySaver(), lambda thread_id: None, LocalRelay())
+    barrier = threading.Barrier(2, timeout=1.0)
+
+    def meet() -> bool:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return False
+        return True
+
+    async def both() -> list[bool]:
+        return list(await asyncio.gather(manager.records(meet), manager.records(meet)))
+
+    assert asyncio.run(both()) == [together, together]
