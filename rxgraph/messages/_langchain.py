@@ -49,7 +49,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -65,7 +65,7 @@ from rxgraph.messages._types import (
     UserMessage,
 )
 
-__all__ = ["from_langchain", "message_ids", "next_message_id", "to_langchain"]
+__all__ = ["HistoryWriter", "from_langchain", "message_ids", "next_message_id", "to_langchain"]
 
 
 def to_langchain(messages: Sequence[Message], *, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -159,6 +159,93 @@ def _id_after(chain: str, index: int, callers: Mapping[str, str], message: Messa
     if isinstance(message, AssistantMessage | ToolMessage):
         return f"{index}-{_digest('at', chain)}"
     return f"{index}-{_digest('at', chain, _canonical(message))}"
+
+
+class HistoryWriter:
+    """``to_langchain`` and ``next_message_id`` for the successive states of one history (a run's, as it grows):
+    the ids and dicts of the messages it has already written, the same message objects in the same order, are
+    reused, so each state costs what its new messages cost, not what the whole history does.
+
+    ``write(history) == to_langchain(history)`` and ``next_id(history, tool_call_id=...) ==
+    next_message_id(history, tool_call_id=...)`` for every history, whatever came before; a history that is not an
+    extension of the last one (another branch, the same messages read back from a saver) is walked from where they
+    part. The dicts of reused messages are the same objects each time: treat what ``write`` returns as read-only.
+    """
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._ids: list[str] = []
+        self._chains: list[str] = []  # the digest of the history up to and including each message
+        self._added: list[tuple[tuple[str, str], ...]] = []  # the (call id, message id) pairs each message made
+        self._entries: list[dict[str, Any] | None] = []
+        self._callers: dict[str, str] = {}
+
+    def write(self, history: Sequence[Message]) -> list[dict[str, Any]]:
+        """``to_langchain(history)``.
+
+        Raises:
+            InvalidTypeError: an element is not an rxgraph message.
+        """
+        n = self._walk(history)
+        entries = self._entries
+        for i in range(n):
+            if entries[i] is None:
+                entries[i] = _entry(self._messages[i], self._ids[i])
+        return cast(list[dict[str, Any]], entries[:n])
+
+    def ids(self, history: Sequence[Message]) -> list[str]:
+        """``message_ids(history)``.
+
+        Raises:
+            InvalidTypeError: an element is not an rxgraph message.
+        """
+        return self._ids[: self._walk(history)]
+
+    def next_id(self, history: Sequence[Message], *, tool_call_id: str | None = None) -> str:
+        """``next_message_id(history, tool_call_id=tool_call_id)``.
+
+        Raises:
+            InvalidTypeError: an element is not an rxgraph message.
+        """
+        n = self._walk(history)
+        if tool_call_id is not None:
+            callers = (
+                self._callers
+                if n == len(self._messages)
+                else {call: message for added in self._added[:n] for call, message in added}
+            )
+            if tool_call_id in callers:
+                return f"tool-{_digest(callers[tool_call_id], tool_call_id)}"
+        return f"{n}-{_digest('at', self._chains[n - 1] if n else '')}"
+
+    def _walk(self, history: Sequence[Message]) -> int:
+        """Bring what is known up to ``history`` (a prefix of what was seen changes nothing); its length."""
+        seen = self._messages
+        keep, limit = 0, min(len(history), len(seen))
+        while keep < limit and history[keep] is seen[keep]:
+            keep += 1
+        if keep == len(history):
+            return keep
+        if keep < len(seen):  # another history from here on: forget what followed
+            for kept in (self._messages, self._ids, self._chains, self._added, self._entries):
+                del kept[keep:]
+            self._callers = {call: message for added in self._added for call, message in added}
+        chain = self._chains[-1] if self._chains else ""
+        for i in range(keep, len(history)):
+            message = history[i]
+            _check_message(i, message)
+            id_ = _id_after(chain, i, self._callers, message)
+            added: tuple[tuple[str, str], ...] = ()
+            if isinstance(message, AssistantMessage):
+                added = tuple((call.id, id_) for call in message.tool_calls)
+                self._callers.update(added)
+            chain = _digest(chain, id_, _canonical(message))
+            self._messages.append(message)
+            self._ids.append(id_)
+            self._chains.append(chain)
+            self._added.append(added)
+            self._entries.append(None)
+        return len(history)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -30,14 +30,14 @@ from ..checkpoint._base import CheckpointSaver
 from ..errors import ModelAPIError, RunInterruptedError, ThreadBusyError
 from ..graph._config import MultitaskPolicy, RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
-from ..messages._langchain import next_message_id, to_langchain
+from ..messages._langchain import HistoryWriter, to_langchain
 from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ._api_requests import RunCreate
 from ._outputs import RunOutputs
 from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, now
 from ._relay import CancelAction, Relay, RelayHandlers
 from ._targets import Target
-from ._wire import chunk_json, interrupt_json, wire, wire_update
+from ._wire import chunk_text, interrupt_json, wire, wire_update, wire_values
 
 _T = TypeVar("_T")
 
@@ -137,6 +137,8 @@ class RunEncoder:
         self.last_values: Any = None
         self._interrupts: list[InterruptOutput] = []
         self._streaming: dict[tuple[str, ...], str] = {}
+        self._metadata: dict[tuple[str, ...], str] = {}
+        self._history = HistoryWriter()  # the run's history as it grows: each state writes only its new messages
         self._streams = 0
 
     def take(self, output: RunOutput) -> list[tuple[str, str]]:
@@ -146,7 +148,8 @@ class RunEncoder:
         if isinstance(output, NodeOutput):
             self._streaming.pop((output.node,), None)
             if self._updates:
-                events.append(("updates", _text({output.node: wire_update(output.update, output.state)})))
+                update = wire_update(output.update, output.state, self._history)
+                events.append(("updates", _text({output.node: update})))
             self._pending = output.state
         elif isinstance(output, StreamingOutput):
             chunk = output.chunk
@@ -167,7 +170,7 @@ class RunEncoder:
         if self._interrupts:
             pending = [interrupt_json(i.interrupt) for i in self._interrupts]
             state = self._interrupts[-1].state
-            self.last_values = {**wire(dict(state)), "__interrupt__": pending}
+            self.last_values = {**wire_values(state, self._messages_key, self._history), "__interrupt__": pending}
             if self._values:
                 events.append(("values", _text(self.last_values)))
             if self._updates:
@@ -181,7 +184,7 @@ class RunEncoder:
         if state is None or state is self._flushed:
             return []
         self._flushed = state
-        self.last_values = wire(dict(state))
+        self.last_values = wire_values(state, self._messages_key, self._history)
         return [("values", _text(self.last_values))] if self._values else []
 
     def _message(
@@ -189,27 +192,35 @@ class RunEncoder:
     ) -> list[tuple[str, str]]:
         """A streamed message event: the chunk (or message), with the id the message has once it is in the history
         (``next_message_id`` of the history it follows, ``state``'s), and where it comes from."""
-        metadata = {
-            "langgraph_node": path[-1],
-            "langgraph_path": list(path),
-            "langgraph_checkpoint_ns": "|".join(path[:-1]),
-            "run_id": self._run_id,
-            "thread_id": self._thread_id,
-        }
         if isinstance(chunk, ChatChunk):
             message = self._streaming.get(path)
             if message is None:
                 message = self._streaming[path] = self._next_id(state)
-            return [(event, _text([chunk_json(chunk, message), metadata]))]
+            return [(event, f"[{chunk_text(chunk, message)},{self._metadata_text(path)}]")]
         if isinstance(chunk, ToolMessage):
             data = to_langchain([chunk], ids=[self._next_id(state, chunk.tool_call_id)])[0]
-            return [(event, _text([data, metadata]))]
+            return [(event, f"[{_text(data)},{self._metadata_text(path)}]")]
         return []
+
+    def _metadata_text(self, path: tuple[str, ...]) -> str:
+        """The JSON text of a message event's metadata (the same for every chunk a node streams: made once)."""
+        text = self._metadata.get(path)
+        if text is None:
+            text = self._metadata[path] = _text(
+                {
+                    "langgraph_node": path[-1],
+                    "langgraph_path": list(path),
+                    "langgraph_checkpoint_ns": "|".join(path[:-1]),
+                    "run_id": self._run_id,
+                    "thread_id": self._thread_id,
+                }
+            )
+        return text
 
     def _next_id(self, state: Mapping[str, Any], tool_call_id: str | None = None) -> str:
         history = state.get(self._messages_key) if self._messages_key is not None else None
         if isinstance(history, Sequence) and all(isinstance(m, _MESSAGE_TYPES) for m in history):
-            return next_message_id(history, tool_call_id=tool_call_id)
+            return self._history.next_id(history, tool_call_id=tool_call_id)
         self._streams += 1  # a message in no history the graph keeps: an id of the run's own
         return f"run-{self._run_id}-{self._streams}"
 

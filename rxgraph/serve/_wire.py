@@ -8,8 +8,10 @@ event, and a streamed message the id it will have: ``next_message_id``), and a s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from .._json import to_json
@@ -17,13 +19,14 @@ from ..agent._model import ChatChunk
 from ..graph._constants import START
 from ..graph._interrupt import PendingInterrupt
 from ..graph._outputs import StateSnapshot
-from ..messages._langchain import message_ids, to_langchain
+from ..messages._langchain import HistoryWriter, message_ids, to_langchain
 from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ._registry import RunRecord, ThreadRecord, shown_status
 
 __all__ = [
     "assistant_json",
     "chunk_json",
+    "chunk_text",
     "interrupt_json",
     "run_json",
     "start_json",
@@ -31,6 +34,7 @@ __all__ = [
     "thread_json",
     "wire",
     "wire_update",
+    "wire_values",
 ]
 
 _MESSAGES = (AssistantMessage, SystemMessage, ToolMessage, UserMessage)
@@ -50,9 +54,30 @@ def wire(value: Any) -> Any:
     return to_json(value)
 
 
-def wire_update(update: Any, state: Mapping[str, Any]) -> Any:
+def wire_values(state: Mapping[str, Any], messages_key: str | None, writer: HistoryWriter) -> dict[str, Any]:
+    """``wire(dict(state))``, with the history under ``messages_key`` written by ``writer`` (which reuses what it
+    wrote for the earlier states of the same run)."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if key == messages_key and _is_history(value):
+            out[str(key)] = writer.write(value)
+        else:
+            out[str(key)] = wire(value)
+    return out
+
+
+def _is_history(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str | bytes | bytearray)
+        and all(isinstance(item, _MESSAGES) for item in value)
+    )
+
+
+def wire_update(update: Any, state: Mapping[str, Any], writer: HistoryWriter | None = None) -> Any:
     """A node's update as JSON. Messages it appended get the ids they have in ``state`` (the state after it):
-    an appended list is the tail of the state's list."""
+    an appended list is the tail of the state's list. ``writer``, when given, names them (a run's own, which
+    remembers the ids of its earlier states)."""
     if not isinstance(update, Mapping):
         return wire(update)
     out: dict[str, Any] = {}
@@ -68,7 +93,7 @@ def wire_update(update: Any, state: Mapping[str, Any]) -> Any:
             and len(whole) >= len(appended)
             and list(whole[len(whole) - len(appended) :]) == list(appended)
         ):
-            ids = message_ids(whole)[len(whole) - len(appended) :]
+            ids = (writer.ids(whole) if writer is not None else message_ids(whole))[len(whole) - len(appended) :]
             written = to_langchain(list(appended), ids=ids)
             out[str(key)] = written[0] if isinstance(value, _MESSAGES) else written
         else:
@@ -100,6 +125,22 @@ def chunk_json(chunk: ChatChunk, message: str) -> dict[str, Any]:
             "total_tokens": chunk.usage.total_tokens,
         },
     }
+
+
+# A text-only chunk's JSON text, as ``json.dumps(chunk_json(...), separators=(",", ":"))`` writes it: the keys in
+# chunk_json's order, the id and the content filled in (each already a JSON string).
+_PLAIN_CHUNK = (
+    '{{"type":"AIMessageChunk","id":{id},"content":{content},"name":null,"additional_kwargs":{{}},'
+    '"response_metadata":{{}},"tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"usage_metadata":null}}'
+)
+
+
+def chunk_text(chunk: ChatChunk, message: str) -> str:
+    """``chunk_json(chunk, message)`` as compact ASCII JSON text. A chunk of text alone (most of a model's stream)
+    is written straight into its shape; any other goes through ``chunk_json``, with the same text as the result."""
+    if not chunk.tool_calls and chunk.usage is None and chunk.finish_reason is None and not chunk.refusal:
+        return _PLAIN_CHUNK.format(id=encode_basestring_ascii(message), content=encode_basestring_ascii(chunk.content))
+    return json.dumps(chunk_json(chunk, message), allow_nan=False, separators=(",", ":"))
 
 
 def interrupt_json(interrupt: PendingInterrupt) -> dict[str, Any]:
