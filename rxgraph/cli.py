@@ -204,6 +204,14 @@ def _parser() -> argparse.ArgumentParser:
         "[RXGRAPH_LOG_LEVEL]",
     )
     serve.add_argument(
+        "--otel",
+        action="store_true",
+        default=_env_flag("RXGRAPH_OTEL"),
+        help="report runs, node calls, model calls and tool calls to the OpenTelemetry providers this process has "
+        "(opentelemetry-instrument sets them from OTEL_* variables, and makes its request spans their parents); "
+        "needs the otel extra [RXGRAPH_OTEL=1]",
+    )
+    serve.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -331,6 +339,14 @@ def _serve_app(args: argparse.Namespace) -> tuple[Any, Any]:
     auth = _import_target(args.auth) if args.auth is not None else None
     if auth is not None and not callable(auth):
         raise CliError(f"--auth {args.auth} is a {type(auth).__name__}: expected a function of the headers")
+    if args.otel:
+        from .errors import ConfigurationError
+        from .otel import instrument
+
+        try:
+            instrument()
+        except ConfigurationError as error:
+            raise CliError(f"--otel: {error}") from error
     targets, saver = _load_targets(args.target, args.db, args.schema)
     try:
         app = create_app(
@@ -356,6 +372,7 @@ _SETTINGS = {
     "auth": ("RXGRAPH_AUTH", None),
     "max_body": ("RXGRAPH_MAX_BODY", None),
     "log_level": ("RXGRAPH_LOG_LEVEL", None),
+    "otel": ("RXGRAPH_OTEL", None),
 }
 """The settings a worker process reads from its environment: each option's variable, and how a list is joined."""
 

@@ -109,7 +109,7 @@ def create_app(
         targets=targets,
         registry=registry,
         relay=relay,
-        runs=RunManager(registry, first.graph.checkpointer, lambda thread_id: _forget(service, thread_id), relay),
+        runs=RunManager(registry, lambda thread_id: _forget(service, thread_id), relay),
         auth=auth,
         max_body=max_body,
     )

@@ -26,7 +26,6 @@ from starlette.concurrency import run_in_threadpool
 from .._json import to_json
 from .._log import log
 from ..agent._model import ChatChunk
-from ..checkpoint._base import CheckpointSaver
 from ..errors import ModelAPIError, RunInterruptedError, ThreadBusyError
 from ..graph._config import MultitaskPolicy, RunnableConfig
 from ..graph._outputs import CustomOutput, InterruptOutput, NodeOutput, RunOutput, StreamingOutput, SubgraphEvent
@@ -270,16 +269,12 @@ class RunManager(RelayHandlers):
 
     Args:
         registry: where run records are kept (their status is written as it changes).
-        saver: the threads' checkpointer (a run's end is logged with where its thread now stands).
         delete_thread: removes a temporary thread (a stateless run's) once its run has ended.
         relay: how other server processes follow and cancel this one's runs.
     """
 
-    def __init__(
-        self, registry: Registry, saver: CheckpointSaver, delete_thread: Callable[[str], Any], relay: Relay
-    ) -> None:
+    def __init__(self, registry: Registry, delete_thread: Callable[[str], Any], relay: Relay) -> None:
         self._registry = registry
-        self._saver = saver
         self._delete_thread = delete_thread
         self._relay = relay
         self._heartbeat: asyncio.Task[None] | None = None
@@ -512,7 +507,7 @@ class RunManager(RelayHandlers):
             except Exception:
                 log.exception("rxgraph.serve: recording the end of run %s failed", run.run_id)
             run.record = replace(run.record, status=status, updated_at=now())
-            await _log_end(run, status, self._saver)
+            _log_end(run, status)
             queue = self._by_thread.get(run.thread_id, [])
             if run in queue:
                 queue.remove(run)
@@ -527,24 +522,14 @@ class RunManager(RelayHandlers):
             run.ended.set()
 
 
-async def _log_end(run: ActiveRun, status: RunStatus, saver: CheckpointSaver) -> None:
-    """One INFO line per run's end: its outcome, thread and run; for a run cut short, where its thread now stands
-    (the checkpoint its rewind wrote)."""
+def _log_end(run: ActiveRun, status: RunStatus) -> None:
+    """One INFO line per run's end: its outcome, thread and run (and a failure's error). Where the thread of a run
+    cut short now stands is the engine's line, logged as its rewind lands, just before this one."""
     if not log.isEnabledFor(logging.INFO):
         return
     outcome = {"success": "completed", "error": "failed", "interrupted": "cancelled"}.get(status, status)
-    where = ""
-    if status in ("interrupted", "error") and not run.temporary:
-        try:
-            head = await run_in_threadpool(saver.get, run.thread_id)
-        except Exception as error:  # the log line must not fail the run's end
-            where = f"; its head could not be read ({type(error).__name__})"
-        else:
-            if head is not None:
-                rewound = " rewound to" if head.source == "rewind" else " at"
-                where = f"; the thread is{rewound} checkpoint {head.id} (seq {head.seq})"
     detail = f" ({run.error['error']}: {run.error['message']})" if status == "error" and run.error else ""
-    log.info("run %s on thread %s %s%s%s", run.run_id, run.thread_id, outcome, detail, where)
+    log.info("run %s on thread %s %s%s", run.run_id, run.thread_id, outcome, detail)
 
 
 def _configurable(config: Mapping[str, Any]) -> dict[str, Any]:

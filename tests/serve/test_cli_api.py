@@ -3,6 +3,7 @@ run's end, and what it refuses (an open address without auth, ``--workers`` with
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -89,7 +90,14 @@ def test_settings_come_from_the_environment_and_each_run_end_is_logged(here: Pat
             client.runs.join("t", cut)
             head = client.threads.get_state("t")["checkpoint"]["checkpoint_id"]
     assert re.search(r"INFO: +rxgraph: run \S+ on thread t completed", rest[0]), rest
-    assert f"run {cut} on thread t cancelled; the thread is rewound to checkpoint {head}" in rest[0]
+    # The rewind's line (where the thread now stands), then the run's end.
+    rewound = re.search(
+        rf"thread 't': run {cut} was cancelled and rewound to checkpoint \S+; its head is now "
+        rf"checkpoint {head} ",
+        rest[0],
+    )
+    ended = rest[0].find(f"run {cut} on thread t cancelled")
+    assert rewound is not None and ended > rewound.start(), rest
 
 
 def test_rxgraph_serve_refuses_an_open_address_without_auth_and_workers_without_postgres(
@@ -113,3 +121,39 @@ def test_rxgraph_serve_refuses_an_open_address_without_auth_and_workers_without_
         timeout=WAIT * 3,
     )
     assert done.returncode == 1 and "--host 0.0.0.0 without --auth" in done.stderr
+
+
+TRACED = """
+import json
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+from rxgraph.examples.chat import make  # the application's agent, and its tracing set up as it starts
+
+provider = TracerProvider()
+spans = open(os.environ["SPANS_FILE"], "a", encoding="utf-8")
+show = lambda span: json.dumps({"name": span.name, **dict(span.attributes)}) + "\\n"
+provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=spans, formatter=show)))
+trace.set_tracer_provider(provider)
+"""
+
+
+@pytest.mark.parametrize("switch", [["--otel"], []])
+def test_otel_reports_runs_to_the_providers_the_process_has(here: Path, switch: list[str]) -> None:
+    (here / "traced.py").write_text(TRACED, encoding="utf-8")
+    spans = here / "spans.jsonl"
+    spans.touch()
+    with (
+        rxgraph_serve("traced:make", *switch, cwd=here, env={"SPANS_FILE": str(spans)}) as (url, _),
+        get_sync_client(url=url) as client,
+    ):
+        client.runs.wait("t", "agent", input={"messages": "Hi"}, if_not_exists="create")
+    reported = [json.loads(line) for line in spans.read_text(encoding="utf-8").splitlines()]
+    runs = [span for span in reported if span["name"] == "rxgraph.run"]
+    if switch:
+        assert [(run["rxgraph.thread_id"], run["rxgraph.outcome"]) for run in runs] == [("t", "completed")]
+    else:
+        assert runs == []  # without --otel, nothing

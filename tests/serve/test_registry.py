@@ -492,7 +492,7 @@ def test_the_server_makes_at_most_lanes_registry_calls_at_once(registry: Registr
     from rxgraph.serve._relay import LocalRelay
     from rxgraph.serve._runs import RunManager
 
-    manager = RunManager(registry, MemorySaver(), lambda thread_id: None, LocalRelay())
+    manager = RunManager(registry, lambda thread_id: None, LocalRelay())
     barrier = threading.Barrier(2, timeout=1.0)
 
     def meet() -> bool:
