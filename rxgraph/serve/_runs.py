@@ -33,7 +33,7 @@ from ..messages._langchain import HistoryWriter, to_langchain
 from ..messages._types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ._api_requests import RunCreate
 from ._outputs import RunOutputs
-from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, now
+from ._registry import HEARTBEAT, Registry, RunRecord, RunStatus, live, now
 from ._relay import CancelAction, Relay, RelayHandlers
 from ._targets import Target
 from ._wire import chunk_text, interrupt_json, wire, wire_update, wire_values
@@ -395,6 +395,15 @@ class RunManager(RelayHandlers):
     def _record(self, record: RunRecord, prepare: Callable[[], object] | None) -> None:
         if prepare is not None:
             prepare()
+        if record.multitask_strategy == "reject" and self._relay.shared:
+            # A run of another process on the thread: its record says so (this process's own were seen already).
+            busy = next((r for r in self._registry.runs(record.thread_id) if live(r)), None)
+            if busy is not None:
+                raise ThreadBusyError(
+                    f"thread {record.thread_id!r} is busy with run {busy.run_id!r} (multitask_strategy='reject')",
+                    thread_id=record.thread_id,
+                    run_id=busy.run_id,
+                )
         self._registry.put_run(record)
 
     def cancel(self, run: ActiveRun, action: CancelAction = "interrupt") -> None:

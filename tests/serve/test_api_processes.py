@@ -171,6 +171,12 @@ def test_a_cancel_sent_to_another_process_rewinds_the_run(
     with httpx.stream("GET", f"{url}/threads/{thread}/runs/{run['run_id']}/stream", timeout=WAIT) as response:
         _read_until(response, "custom")  # it waits at its gate, in the first process
 
+    # Under reject, a run asked of the other process is refused as a busy thread is here: 409.
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        b.runs.create(thread, "agent", input={"log": ["too soon"]}, multitask_strategy="reject")
+    assert refused.value.response.status_code == 409
+    assert run["run_id"] in refused.value.response.json()["detail"]
+
     b.runs.cancel(thread, run["run_id"], wait=True)
 
     assert a.runs.get(thread, run["run_id"])["status"] == "interrupted"
