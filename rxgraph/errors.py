@@ -23,6 +23,7 @@
     ├── UnsafeHistoryError (ValueError)        a message history breaks the chat-API rules    .violations .thread_id
     ├── MessageFormatError (ValueError)        a message (or a model's chunk) cannot be what it says   .index
     ├── ToolInputError (ValueError)            a model's arguments for a tool are not valid     .tool
+    ├── MCPError                               an MCP server failed, or its tool reported an error   .server .tool
     └── CheckpointError                        about stored checkpoints                          .thread_id
         ├── CheckpointConflictError                another writer moved the head        .expected_head .actual_head
         ├── CheckpointNotFoundError (LookupError)  no such checkpoint in the thread      .checkpoint_id
@@ -60,6 +61,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidTypeError",
     "InvalidUpdateError",
+    "MCPError",
     "MaxIterationsError",
     "MessageFormatError",
     "ModelAPIError",
@@ -302,6 +304,18 @@ class ToolInputError(RxGraphError, ValueError):
 
     def __init__(self, message: str, *, tool: str | None = None) -> None:
         super().__init__(message)
+        self.tool = tool
+
+
+class MCPError(RxGraphError):
+    """Talking to an MCP server failed (``rxgraph.tools.mcp``): it could not be started or reached, it answered a
+    request with an error or went away, the toolset was closed — or a tool's result reported an error (``isError``).
+    ``server`` says which server (its command or URL); ``tool`` names the tool, for a call. A ``ReactAgent`` turns a
+    call's error into an error tool message the model can read."""
+
+    def __init__(self, message: str, *, server: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
         self.tool = tool
 
 
