@@ -65,6 +65,7 @@ from pydantic import BaseModel, Discriminator
 from .._frozen import MAX_DEPTH, FrozenDict, FrozenList
 from ..agent._approval import ApprovalRequest, Approve, Edit, Reject
 from ..errors import DecodeError, InvalidArgumentError, InvalidTypeError, SerializationError
+from ..messages._parts import AudioPart, CacheBreakpoint, FilePart, ImagePart, RefusalPart, TextPart
 from ..messages._types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._decoding import TreeDecoder, is_root_model, parse, unwrap_wtf8
 
@@ -78,6 +79,12 @@ _MESSAGE_MODELS: tuple[tuple[type[BaseModel], str], ...] = (
     (AssistantMessage, "rxgraph.AssistantMessage"),
     (ToolMessage, "rxgraph.ToolMessage"),
     (ToolCall, "rxgraph.ToolCall"),
+    (TextPart, "rxgraph.TextPart"),
+    (RefusalPart, "rxgraph.RefusalPart"),
+    (ImagePart, "rxgraph.ImagePart"),
+    (AudioPart, "rxgraph.AudioPart"),
+    (FilePart, "rxgraph.FilePart"),
+    (CacheBreakpoint, "rxgraph.CacheBreakpoint"),
     (ApprovalRequest, "rxgraph.ApprovalRequest"),
     (Approve, "rxgraph.Approve"),
     (Edit, "rxgraph.Edit"),
@@ -118,9 +125,9 @@ class _Unencodable(Exception):
 class Serde:
     """JSON encoding of state values with an explicit registry of pydantic models.
 
-    A new ``Serde`` knows the rxgraph message types (and ``ToolCall``, and the tool approval's request and
-    decisions). Register your own models with :meth:`register`; frozen models are strongly recommended, because
-    savers share stored values between checkpoints instead of copying them. Thread-safe.
+    A new ``Serde`` knows the rxgraph message types (and ``ToolCall``, the content parts, and the tool approval's
+    request and decisions). Register your own models with :meth:`register`; frozen models are strongly recommended,
+    because savers share stored values between checkpoints instead of copying them. Thread-safe.
 
     Reading back is a :class:`~rxgraph.checkpoint._decoding.TreeDecoder`'s work: the serde keeps one for its
     registered models, and makes a new one when a model is registered.
@@ -600,7 +607,9 @@ def _is_open(annotation: Any, seen: set[type], *, discriminated: bool = False) -
         return _is_open(args[0], seen, discriminated=discriminated or marked)
     if origin is typing.Union or origin is types.UnionType:
         members = [member for member in args if member is not type(None)]
-        return (len(members) > 1 and not discriminated) or any(_is_open(member, seen) for member in members)
+        if len(members) > 1 and not discriminated and not _one_per_json_kind(members):
+            return True
+        return any(_is_open(member, seen) for member in members)
     if origin is typing.Literal:
         return False
     if origin is not None:
@@ -628,6 +637,15 @@ def _is_open(annotation: Any, seen: set[type], *, discriminated: bool = False) -
             return True
         return any(_is_open(hint, seen) for hint in hints.values())
     return False
+
+
+def _one_per_json_kind(members: list[Any]) -> bool:
+    """Whether a union's members are a ``str`` and a tuple (a message's content: text or parts): JSON tells them
+    apart (a string, an array), so the union reads back as the member it was."""
+    kinds = [
+        "string" if member is str else "array" if typing.get_origin(member) is tuple else None for member in members
+    ]
+    return None not in kinds and len(set(kinds)) == len(kinds)
 
 
 def _json_keeps(model: BaseModel, attribute: str, value: Any) -> bool:

@@ -1,10 +1,22 @@
-"""Chat messages, the sequence rules a history must follow, the OpenAI wire format and LangChain's message dicts.
+"""Chat messages and their content parts (images, audio, files), the sequence rules a history must follow, the OpenAI
+wire format and LangChain's message dicts.
 
 Their errors (``UnsafeHistoryError``, ``MessageFormatError``) are exported by ``rxgraph`` and ``rxgraph.errors``.
 """
 
 from rxgraph.messages._langchain import from_langchain, message_ids, next_message_id, to_langchain
 from rxgraph.messages._openai import from_openai, to_openai
+from rxgraph.messages._parts import (
+    AssistantPart,
+    AudioPart,
+    CacheBreakpoint,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    TextPart,
+    UserPart,
+)
 from rxgraph.messages._rules import (
     SequenceViolation,
     check_ready_for_user_input,
@@ -14,6 +26,7 @@ from rxgraph.messages._rules import (
     request_violations,
     sequence_violations,
 )
+from rxgraph.messages._tokens import estimate_tokens
 from rxgraph.messages._trim import trim_messages
 from rxgraph.messages._types import (
     AssistantMessage,
@@ -27,15 +40,25 @@ from rxgraph.messages._types import (
 
 __all__ = [
     "AssistantMessage",
+    "AssistantPart",
+    "AudioPart",
+    "CacheBreakpoint",
+    "ContentPart",
+    "FilePart",
+    "ImagePart",
     "Message",
+    "RefusalPart",
     "SequenceViolation",
     "SystemMessage",
+    "TextPart",
     "TokenUsage",
     "ToolCall",
     "ToolMessage",
     "UserMessage",
+    "UserPart",
     "check_ready_for_user_input",
     "check_request",
+    "estimate_tokens",
     "from_langchain",
     "from_openai",
     "is_ready_for_user_input",

@@ -1,8 +1,9 @@
 """Conversion to and from LangChain message dicts, the form LangGraph's server API carries messages in.
 
 ``to_langchain`` writes what LangChain's ``message.model_dump()`` gives (and what LangGraph's server sends);
-``from_langchain`` reads those dumps, LangChain's serialized constructor form (``langchain_core.load.dumpd``),
-``messages_to_dict`` entries, and OpenAI-style entries, which clients mix freely. What each side keeps:
+``from_langchain`` reads those dumps, LangChain's message objects themselves, LangChain's serialized constructor
+form (``langchain_core.load.dumpd``), ``messages_to_dict`` entries, and OpenAI-style entries, which clients mix
+freely. What each side keeps:
 
 ===============================  ===============================  ===============================================
 LangChain                        rxgraph                          why
@@ -31,9 +32,28 @@ object)                          object re-serialized with        the text. Text
 ``name``                         ``.name``, both ways             every LangChain message has one
 ``id``                           written by ``message_ids`` (or   rxgraph messages carry no id; see
                                  ``ids``), not read               ``message_ids``
-``content`` as a list of parts   ``.content``: the texts joined   as ``from_openai`` reads parts; any other part
-                                 with ``"\\n"``                    (image, audio, reasoning) is refused: rxgraph
-                                                                  messages hold text only
+``content`` as a string          ``.content``, the same string    as it came
+``content`` as a list of blocks  ``.content``: a tuple of parts,  written as the OpenAI-style blocks LangChain
+                                 in order, both ways              passes to OpenAI models (``{"type":
+                                                                  "image_url", ...}``, ``input_audio``, ``file``,
+                                                                  ``refusal``); read from those, from plain
+                                                                  strings (text parts) and from LangChain's
+                                                                  standard blocks (below). Which role may hold
+                                                                  which part is as ``from_openai`` has it
+standard ``image`` block         ``ImagePart``: its ``url``, or   LangChain's provider-neutral form (v1, and v0's
+(``url``, or ``base64`` with     a ``data:`` URL of the base64    ``source_type``/``data``); an image by
+``mime_type``)                   data                             ``file_id`` is refused (the API has none)
+standard ``audio`` block         ``AudioPart``, ``format`` from   ``audio/wav`` or ``audio/mpeg``; others refused
+(``base64``, ``mime_type``)      the MIME type
+standard ``file`` block          ``FilePart``: ``file_id``, or    as the API takes a file; ``filename`` from the
+(``file_id``, or ``base64``      ``file_data`` as a ``data:``     block (or its ``extras``/``metadata``)
+with ``mime_type``)              URL
+other blocks (``reasoning``,     refused (``MessageFormatError``) no Chat Completions message holds them; a
+``tool_use``, ``text-plain``,                                     block's ``id`` and ``index`` (LangChain's
+``video``...)                                                     bookkeeping) are not content and not kept
+``content: ""``                  ``content=""``; ``None`` (an     LangChain has no null content
+                                 assistant's null) is written
+                                 ``""``, and comes back ``""``
 type ``remove``, ``function``,   refused                          rxgraph histories are append-only; function
 ``chat`` without a ``role``      (``MessageFormatError``)         messages are superseded by tool messages
 ``response_metadata``,           ignored                          nothing rxgraph keeps; a tool's ``artifact`` is
@@ -49,12 +69,13 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rxgraph.errors import InvalidArgumentError, InvalidTypeError, MessageFormatError
-from rxgraph.messages._openai import from_openai, to_openai
+from rxgraph.messages._openai import PartFormatError, from_openai, parse_part, render_part, to_openai
+from rxgraph.messages._parts import AudioPart, FilePart, ImagePart, TextPart
 from rxgraph.messages._types import (
     AssistantMessage,
     Message,
@@ -253,6 +274,11 @@ def _canonical(message: Message) -> str:
     # Cached: a history's ids are asked for again and again as it grows (every state a server sends), and its
     # messages are immutable (and hashable by their fields, so an equal message shares the entry).
     fields = {"role": message.role, **message.model_dump(mode="json", exclude_defaults=True)}
+    content = message.content
+    if type(content) is tuple:  # each part with its type, which is its default
+        fields["content"] = [
+            {"type": part.type, **part.model_dump(mode="json", exclude_defaults=True)} for part in content
+        ]
     return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
 
@@ -260,27 +286,36 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
-def from_langchain(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_langchain(payload: Iterable[Mapping[str, Any] | BaseModel]) -> list[Message]:
     """Parse messages as a LangChain or LangGraph client sends them into rxgraph messages.
 
-    Each entry is one of: a LangChain message dict (``type`` ``"human"``/``"user"``, ``"ai"``/``"assistant"``,
-    ``"system"``/``"developer"``, ``"tool"``, or a chunk type such as ``"AIMessageChunk"``); a serialized
+    Each entry is one of: a LangChain message object (``HumanMessage(...)``: any pydantic model is read as its
+    ``model_dump()``; an rxgraph message is taken as it is); a LangChain message dict (``type``
+    ``"human"``/``"user"``, ``"ai"``/``"assistant"``, ``"system"``/``"developer"``, ``"tool"``, or a chunk type
+    such as ``"AIMessageChunk"``); a serialized
     constructor (``{"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}}``); a
     ``messages_to_dict`` entry (``{"type": ..., "data": {...}}``); or an OpenAI-style entry with a ``role``, read
-    as ``from_openai`` reads it. ``from_langchain(to_langchain(history)) == history`` for any history whose tool-call
-    arguments are JSON objects written as ``json.dumps(..., ensure_ascii=False)`` writes them, or not JSON objects
-    at all (see the module's table).
+    as ``from_openai`` reads it. Content is a string or a list of blocks, kept as a tuple of parts (see the module's
+    table). ``from_langchain(to_langchain(history)) == history`` for any history whose tool-call arguments are JSON
+    objects written as ``json.dumps(..., ensure_ascii=False)`` writes them, or not JSON objects at all, and whose
+    content is never ``None`` (see the module's table).
 
     Args:
         payload: the entries, in order.
 
     Raises:
         MessageFormatError: an entry is not a message rxgraph can represent (``index`` is its position): not an
-            object, an unknown type, a content part that is not text, a tool call without an id, or a missing or
-            mistyped field. A pydantic ``ValidationError`` behind it is its ``__cause__``.
+            object, an unknown type, a content block its role cannot hold or rxgraph does not keep (the message names
+            the block's index), a tool call without an id, or a missing or mistyped field. A pydantic
+            ``ValidationError`` behind it is its ``__cause__``.
     """
     messages: list[Message] = []
     for i, entry in enumerate(payload):
+        if isinstance(entry, BaseModel):
+            if isinstance(entry, _MESSAGE_TYPES):
+                messages.append(entry)
+                continue
+            entry = entry.model_dump()  # a LangChain message: its dump is what to_langchain writes
         if not isinstance(entry, Mapping):
             raise MessageFormatError(f"message {i}: expected an object, got {type(entry).__name__}", index=i)
         if "role" in entry and "lc" not in entry:
@@ -302,8 +337,11 @@ def from_langchain(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
     return messages
 
 
+_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+
+
 def _check_message(index: int, message: object) -> None:
-    if not isinstance(message, SystemMessage | UserMessage | AssistantMessage | ToolMessage):
+    if not isinstance(message, _MESSAGE_TYPES):
         raise InvalidTypeError(
             f"message {index}: expected an rxgraph message, got {type(message).__name__}", argument="messages"
         )
@@ -313,8 +351,11 @@ _TYPE_OF_ROLE = {"system": "system", "developer": "system", "user": "human", "as
 
 
 def _entry(message: Message, id_: str) -> dict[str, Any]:
+    content: Any = message.content
+    if type(content) is not str:
+        content = "" if content is None else [render_part(part) for part in content]
     entry: dict[str, Any] = {
-        "content": message.content,
+        "content": content,
         "additional_kwargs": {},
         "response_metadata": {},
         "type": _TYPE_OF_ROLE[message.role],
@@ -466,7 +507,7 @@ def _parse_entry(entry: Mapping[str, Any]) -> Message:
 
 
 def _parse_fields(kind: str, fields: Mapping[str, Any]) -> Message:
-    content = _text(fields)
+    content = _content(fields, kind)
     name = _optional_str(fields, "name")
     extra = fields.get("additional_kwargs")
     if extra is None:
@@ -502,30 +543,116 @@ def _optional_str(fields: Mapping[str, Any], key: str, *, where: str | None = No
     return value
 
 
-def _text(fields: Mapping[str, Any]) -> str:
+# The blocks each kind of message may hold: the parts the API's types allow for its role.
+_KIND_PARTS = {
+    "system": frozenset({"text"}),
+    "developer": frozenset({"text"}),
+    "tool": frozenset({"text"}),
+    "user": frozenset({"text", "image", "audio", "file"}),
+    "assistant": frozenset({"text", "refusal"}),
+}
+_HOLDS = {
+    "system": "text only",
+    "developer": "text only",
+    "tool": "text only (the API's tool messages hold no images)",
+    "user": "text, images, audio and files",
+    "assistant": "text and refusals",
+}
+_OPENAI_KINDS = {"text": "text", "refusal": "refusal", "image_url": "image", "input_audio": "audio"}
+# What LangChain adds to a block about the block, not its content (and empty lists of annotations, extras).
+_BOOKKEEPING = ("id", "index")
+_AUDIO_FORMATS: dict[str, Literal["wav", "mp3"]] = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+def _content(fields: Mapping[str, Any], kind: str) -> Any:
+    """The content of a LangChain message: a string, or a tuple of the parts its kind may hold."""
     content = fields.get("content")
-    if isinstance(content, str):
+    if type(content) is str:
         return content
     if not isinstance(content, list | tuple):
-        raise _EntryError(f"'content' must be a string or a list of text parts, got {type(content).__name__}")
-    texts: list[str] = []
-    for j, part in enumerate(content):
-        if isinstance(part, str):  # LangChain's content lists may hold plain strings
-            texts.append(part)
-            continue
-        if not isinstance(part, Mapping):
-            raise _EntryError(f"content part {j} must be a string or an object, got {type(part).__name__}")
-        kind = part.get("type")
-        if kind != "text":
+        raise _EntryError(f"'content' must be a string or a list of content blocks, got {type(content).__name__}")
+    allowed = _KIND_PARTS[kind]
+    parts: list[Any] = []
+    for j, block in enumerate(content):
+        if isinstance(block, str):  # LangChain's content lists may hold plain strings
+            part: Any = TextPart(text=block)
+        elif not isinstance(block, Mapping):
+            raise _EntryError(f"content block {j} must be a string or an object, got {type(block).__name__}")
+        else:
+            try:
+                part = _block(block)
+            except PartFormatError as exc:
+                raise _EntryError(f"content block {j} (type {block.get('type')!r}): {exc}") from exc.__cause__
+        if part.type not in allowed:
+            role = "system" if kind == "developer" else kind
             raise _EntryError(
-                f"content part {j} has type {kind!r}: rxgraph messages hold text only, so only 'text' parts can be "
-                "kept; send such parts to the model yourself"
+                f"content block {j} is {'an' if part.type == 'image' else 'a'} {part.type} part, which a {role} "
+                f"message cannot hold: the API takes {_HOLDS[kind]} there"
             )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise _EntryError(f"content part {j} has no string 'text'")
-        texts.append(text)
-    return "\n".join(texts)
+        parts.append(part)
+    return tuple(parts)
+
+
+def _block(block: Mapping[str, Any]) -> Any:
+    """The part of one LangChain content block: OpenAI-style (what ``to_langchain`` writes) or standard."""
+    kind = block.get("type")
+    if any(key in block for key in _BOOKKEEPING) or block.get("annotations") == [] or block.get("extras") == {}:
+        block = {
+            key: value
+            for key, value in block.items()
+            if key not in _BOOKKEEPING and not (key in ("annotations", "extras") and not value)
+        }
+    if kind == "image_url" and isinstance(block.get("image_url"), str):  # LangChain's own short form
+        block = {**block, "image_url": {"url": block["image_url"]}}
+    if kind in _OPENAI_KINDS or (kind == "file" and "file" in block):
+        return parse_part(block)
+    if kind == "image":
+        return ImagePart(url=_standard_source(block, "image", ("url",)))
+    if kind == "audio":
+        data = _standard_source(block, "audio", ())
+        mime = block.get("mime_type")
+        if mime not in _AUDIO_FORMATS:
+            raise PartFormatError(f"an audio block needs a 'mime_type' of audio/wav or audio/mpeg, got {mime!r}")
+        return AudioPart(data=data.partition(",")[2], format=_AUDIO_FORMATS[mime])
+    if kind == "file":
+        if isinstance(block.get("file_id"), str) and not _has_data(block):
+            return FilePart(file_id=block["file_id"], filename=_filename(block))
+        return FilePart(file_data=_standard_source(block, "file", ()), filename=_filename(block))
+    raise PartFormatError("no Chat Completions message holds such a block, so rxgraph cannot keep it")
+
+
+def _has_data(block: Mapping[str, Any]) -> bool:
+    return "base64" in block or "data" in block or "url" in block
+
+
+def _standard_source(block: Mapping[str, Any], what: str, by_url: tuple[str, ...]) -> str:
+    """The URL of a standard block's content: its ``url`` (where ``by_url`` allows), or a ``data:`` URL of its
+    base64 data and ``mime_type`` (v1's ``base64``, v0's ``data`` with ``source_type: "base64"``)."""
+    url = block.get("url")
+    if url is not None:
+        if "url" not in by_url or not isinstance(url, str):
+            raise PartFormatError(f"an {what} by URL cannot be sent in a chat message; send its data (base64)")
+        return url
+    data = block.get("base64", block.get("data") if block.get("source_type") in ("base64", None) else None)
+    if not isinstance(data, str):
+        raise PartFormatError(f"an {what} block needs {'a url or ' if by_url else ''}base64 data with its mime_type")
+    mime = block.get("mime_type")
+    if not isinstance(mime, str) or not mime:
+        raise PartFormatError(f"an {what} block with base64 data needs its 'mime_type'")
+    return f"data:{mime};base64,{data}"
+
+
+def _filename(block: Mapping[str, Any]) -> str | None:
+    for where in (block, block.get("extras"), block.get("metadata")):
+        if isinstance(where, Mapping) and isinstance(where.get("filename"), str):
+            return str(where["filename"])
+    return None
 
 
 def _list(fields: Mapping[str, Any], key: str) -> list[Any]:

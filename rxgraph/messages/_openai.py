@@ -3,7 +3,8 @@
 DashScope's OpenAI-compatible mode, vLLM and Ollama use the same format. ``to_openai`` writes only what the API's
 request message types allow (``openai.types.chat.ChatCompletionMessageParam``, checked by the tests with the
 ``openai`` package's own types, unknown keys refused); ``from_openai`` reads request entries and response
-``message`` objects. What each side keeps:
+``message`` objects, as dicts or as the ``openai`` package's own objects. ``to_openai(from_openai(x)) == x`` for
+every request message the wire types allow, but for the conversions the table names. What each side keeps:
 
 ==============================  =================================  ==============================================
 on the wire                     rxgraph                            why
@@ -12,19 +13,39 @@ role ``system`` / ``developer`` ``SystemMessage(role=...)``        the same kind
                                                                    a history is sent back as it came
 ``name`` (system, developer,    ``.name``, both ways               the API's participant name
 user, assistant)
+``content`` as a string         ``.content``, the same string      as it came
+``content`` as a list of parts  ``.content``: a tuple of parts,    a list stays a list (text parts are not
+                                in order, both ways                joined), so a history is sent as it came
+``text`` part                   ``TextPart``                       system, developer, user, assistant and tool
+                                                                   messages
+``image_url`` part              ``ImagePart(url, detail)``         user messages; ``detail`` only when set
+``input_audio`` part            ``AudioPart(data, format)``        user messages
+``file`` part                   ``FilePart(file_id, file_data,     user messages; the keys that are set
+                                filename)``
+``refusal`` part                ``RefusalPart``                    assistant messages
+a part's                        the part's                         as it came
+``prompt_cache_breakpoint``     ``prompt_cache_breakpoint``
+a part another role cannot      refused (``MessageFormatError``)   what the API's types refuse (an image in a
+hold                                                               system message, a refusal in a user's)
+a part with a key the type      refused (``MessageFormatError``)   a part comes back exactly or not at all
+does not have
+assistant ``content: null``     ``content=""`` with tool calls,    no text: what a model's answer with calls and
+                                ``None`` without, both ways        no text has in rxgraph (``merge_chunks``), and
+                                                                   what OpenAI sends for one
+assistant ``content: ""`` with  ``content=""``, written ``null``   the same as no text; ``null`` is what OpenAI
+tool calls                      (converted)                        sends, and what some endpoints want
+assistant without ``content``   as ``null`` (converted)            the API reads both the same way
 assistant ``refusal``           ``AssistantMessage.refusal``,      a refusal-only answer is not an empty message
                                 both ways
-``content`` as text parts       ``.content``: the texts joined     rxgraph holds text; the newline keeps parts
-                                with ``"\\n"`` (assistant           apart, as vLLM joins them for string-only
-                                ``refusal`` parts go to            templates. ``to_openai`` writes one string.
-                                ``.refusal``)
-``content: null``               ``""``                             an assistant message with calls and no text is
-                                                                   written back as ``null``, as OpenAI sends it
-image, audio and file parts     refused (``MessageFormatError``)   rxgraph messages hold text only; dropping a
-                                                                   part would change what the user asked
+``"refusal": null`` and the     left out (converted)               the same as leaving the key out
+like for an optional key
 role ``function`` (legacy)      refused (``MessageFormatError``)   superseded by tool calls and ``tool`` messages
+assistant ``function_call``     refused (``MessageFormatError``)   the same legacy: rxgraph keeps tool calls only
+(legacy)
+assistant ``audio`` (a          refused (``MessageFormatError``)   rxgraph keeps no audio answers; send the
+previous audio answer)                                             transcript as the content instead
 tool-call ``type`` other than   refused (``MessageFormatError``)   only function tools are modelled
-``"function"``
+``"function"`` (``"custom"``)
 —                               ``ToolMessage.name``: not written  the tool message type has no ``name``; strict
                                                                    endpoints refuse it (the call id says which
                                                                    call it answers). Read when present.
@@ -32,8 +53,8 @@ tool-call ``type`` other than   refused (``MessageFormatError``)   only function
                                 written, read as ``False``         know it failed says so in its content
 —                               ``AssistantMessage.usage``: not    the API reports usage, it is never sent back
                                 written, not read
-response-only keys              ignored                            ``annotations``, ``audio``, ``function_call``
-                                                                   and the like say nothing rxgraph keeps
+response-only keys              ignored                            ``annotations`` and the like say nothing
+                                                                   rxgraph keeps
 ==============================  =================================  ==============================================
 """
 
@@ -42,9 +63,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rxgraph.errors import InvalidTypeError, MessageFormatError
+from rxgraph.messages._parts import (
+    AudioPart,
+    CacheBreakpoint,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    TextPart,
+)
 from rxgraph.messages._types import (
     AssistantMessage,
     Message,
@@ -54,15 +83,18 @@ from rxgraph.messages._types import (
     UserMessage,
 )
 
-__all__ = ["from_openai", "to_openai"]
+__all__ = ["PartFormatError", "from_openai", "parse_part", "render_part", "to_openai"]
+
+_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
 
 
 def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Render messages as OpenAI Chat Completions ``messages`` entries (see the module's table for each field).
 
-    An assistant message with tool calls and no text gets ``"content": None``, as OpenAI itself sends it; the
-    ``tool_calls`` key appears only when there are calls, ``name`` and ``refusal`` only when set. A tool message
-    carries ``role``, ``tool_call_id`` and ``content`` only.
+    ``content`` is written as it is held: a string, a list of parts (``{"type": "image_url", ...}`` for an
+    ``ImagePart``, and so on), or ``None``; an assistant message with tool calls and ``""`` gets ``None``, as OpenAI
+    itself sends it. The ``tool_calls`` key appears only when there are calls, ``name`` and ``refusal`` only when
+    set. A tool message carries ``role``, ``tool_call_id`` and ``content`` only.
 
     Args:
         messages: rxgraph messages, in order.
@@ -72,16 +104,17 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
+        content: Any = message.content if isinstance(message, _MESSAGE_TYPES) else None
+        if type(content) is tuple:
+            content = [render_part(part) for part in content]
         if isinstance(message, SystemMessage | UserMessage):
-            entry: dict[str, Any] = {"role": message.role, "content": message.content}
+            entry: dict[str, Any] = {"role": message.role, "content": content}
             if message.name is not None:
                 entry["name"] = message.name
             out.append(entry)
         elif isinstance(message, AssistantMessage):
-            entry = {
-                "role": "assistant",
-                "content": None if not message.content and message.tool_calls else message.content,
-            }
+            # No text beside tool calls is null, as OpenAI sends it (and some endpoints want it).
+            entry = {"role": "assistant", "content": None if content == "" and message.tool_calls else content}
             if message.name is not None:
                 entry["name"] = message.name
             if message.refusal is not None:
@@ -97,7 +130,7 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 ]
             out.append(entry)
         elif isinstance(message, ToolMessage):
-            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": content})
         else:
             raise InvalidTypeError(
                 f"message {i}: expected an rxgraph message, got {type(message).__name__}", argument="messages"
@@ -105,25 +138,74 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
+def render_part(part: BaseModel) -> dict[str, Any]:
+    """A content part as the API's content part dict."""
+    kind = type(part)
+    if kind is TextPart:
+        assert isinstance(part, TextPart)
+        out: dict[str, Any] = {"type": "text", "text": part.text}
+    elif kind is ImagePart:
+        assert isinstance(part, ImagePart)
+        image: dict[str, Any] = {"url": part.url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        out = {"type": "image_url", "image_url": image}
+    elif kind is AudioPart:
+        assert isinstance(part, AudioPart)
+        out = {"type": "input_audio", "input_audio": {"data": part.data, "format": part.format}}
+    elif kind is FilePart:
+        assert isinstance(part, FilePart)
+        file = {key: value for key in _FILE_KEYS if (value := getattr(part, key)) is not None}
+        out = {"type": "file", "file": file}
+    elif kind is RefusalPart:
+        assert isinstance(part, RefusalPart)
+        return {"type": "refusal", "refusal": part.refusal}
+    else:
+        raise InvalidTypeError(f"expected a content part, got {kind.__name__}", argument="content")
+    breakpoint_ = part.prompt_cache_breakpoint
+    if breakpoint_ is not None:
+        out["prompt_cache_breakpoint"] = (
+            {"mode": breakpoint_.mode}
+            if breakpoint_.ttl is None
+            else {"mode": breakpoint_.mode, "ttl": breakpoint_.ttl}
+        )
+    return out
+
+
+_FILE_KEYS = ("file_data", "file_id", "filename")
+
+
+def from_openai(payload: Iterable[Mapping[str, Any] | BaseModel]) -> list[Message]:
     """Parse OpenAI Chat Completions ``messages`` entries (or response ``message`` objects) into messages.
 
-    ``content`` may be a string, ``None`` (read as ``""``) or a list of text parts, joined with ``"\\n"`` (an
-    assistant's ``refusal`` parts go to its ``refusal``, joined the same way). A ``developer`` message becomes a
-    ``SystemMessage`` with that role. ``name`` and ``refusal`` are kept; keys rxgraph has no field for, such as
-    ``annotations`` on responses, are ignored (see the module's table).
+    An entry is a dict, or one of the ``openai`` package's objects (``response.choices[0].message``, a
+    ``ChatCompletionMessage``): any pydantic model is read as its ``model_dump(exclude_unset=True)``. An rxgraph
+    message is taken as it is.
+
+    ``content`` may be a string, ``None`` (an assistant's only: ``""`` when it has tool calls, ``None`` otherwise;
+    a missing one is read the same way) or a list of parts, kept as a tuple of parts in order: text, image, audio and
+    file parts in a user message, text parts in the others, and text and refusal parts in an assistant's (see the
+    module's table). A ``developer`` message becomes a ``SystemMessage`` with that role. ``name`` and ``refusal`` are
+    kept; keys that only responses have, such as ``annotations``, are ignored, and so is an optional key that is
+    ``null``.
 
     Args:
         payload: the entries, in order.
 
     Raises:
         MessageFormatError: an entry is not a message rxgraph can represent (``index`` is its position): not an
-            object, an unknown role (including the legacy ``"function"`` role), an image, audio or file content
-            part, a tool call whose type is not ``"function"``, or a missing or mistyped field. A pydantic
+            object, an unknown role (including the legacy ``"function"`` role), a legacy ``function_call`` or an
+            ``audio`` answer, a content part its role cannot hold or that is malformed (the message names the
+            part's index), a tool call whose type is not ``"function"``, or a missing or mistyped field. A pydantic
             ``ValidationError`` behind it is its ``__cause__``.
     """
     messages: list[Message] = []
     for i, entry in enumerate(payload):
+        if isinstance(entry, BaseModel):
+            if isinstance(entry, _MESSAGE_TYPES):
+                messages.append(entry)
+                continue
+            entry = entry.model_dump(exclude_unset=True)
         if not isinstance(entry, Mapping):
             raise MessageFormatError(f"message {i}: expected an object, got {type(entry).__name__}", index=i)
         try:
@@ -132,7 +214,7 @@ def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
             details = "; ".join(_format_error(error) for error in exc.errors())
             raise MessageFormatError(f"message {i}: {details}", index=i) from exc
         except _EntryError as exc:
-            raise MessageFormatError(f"message {i}: {exc}", index=i) from None
+            raise MessageFormatError(f"message {i}: {exc}", index=i) from exc.__cause__
     return messages
 
 
@@ -148,24 +230,32 @@ def _format_error(error: Any) -> str:
 def _parse_entry(entry: Mapping[str, Any]) -> Message:
     role = entry.get("role")
     if role == "system" or role == "developer":
-        return SystemMessage(role=role, content=_text(entry, role)[0], name=_optional_str(entry, "name"))
+        return SystemMessage(role=role, content=_content(entry, role), name=_optional_str(entry, "name"))
     if role == "user":
-        return UserMessage(content=_text(entry, role)[0], name=_optional_str(entry, "name"))
+        return UserMessage(content=_content(entry, role), name=_optional_str(entry, "name"))
     if role == "assistant":
-        content, refused = _text(entry, role)
-        refusal = _optional_str(entry, "refusal")
-        if refused is not None:
-            refusal = refused if refusal is None else refusal + "\n" + refused
+        if entry.get("function_call") is not None:
+            raise _EntryError(
+                "the legacy 'function_call' cannot be kept: rxgraph keeps tool calls only; send it as a "
+                "'tool_calls' entry (and its answer as a 'tool' message)"
+            )
+        if entry.get("audio") is not None:
+            raise _EntryError(
+                "an assistant 'audio' (a previous audio answer) cannot be kept: rxgraph messages hold no audio "
+                "answers; send its transcript as the content instead"
+            )
+        content = _content(entry, role)
+        tool_calls = _tool_calls(entry.get("tool_calls"))
         return AssistantMessage(
-            content=content,
-            tool_calls=_tool_calls(entry.get("tool_calls")),
-            refusal=refusal,
+            content="" if content is None and tool_calls else content,  # written back as null
+            tool_calls=tool_calls,
+            refusal=_optional_str(entry, "refusal"),
             name=_optional_str(entry, "name"),
         )
     if role == "tool":
         return ToolMessage(
             tool_call_id=_required_str(entry, "tool_call_id"),
-            content=_text(entry, role)[0],
+            content=_content(entry, role),
             name=entry.get("name"),
         )
     if role == "function":
@@ -189,40 +279,140 @@ def _optional_str(entry: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-_NOT_TEXT = {"image_url": "an image", "input_audio": "audio", "file": "a file"}
+# The parts each role may hold, as the API's request types have them.
+_ROLE_PARTS = {
+    "system": frozenset({"text"}),
+    "developer": frozenset({"text"}),
+    "tool": frozenset({"text"}),
+    "user": frozenset({"text", "image_url", "input_audio", "file"}),
+    "assistant": frozenset({"text", "refusal"}),
+}
+_WHAT = {"text": "text", "image_url": "an image", "input_audio": "audio", "file": "a file", "refusal": "a refusal"}
+_HOLDS = {
+    "system": "text parts only",
+    "developer": "text parts only",
+    "tool": "text parts only",
+    "user": "text, image_url, input_audio and file parts",
+    "assistant": "text and refusal parts only",
+}
 
 
-def _text(entry: Mapping[str, Any], role: str) -> tuple[str, str | None]:
-    """The entry's text, and (for an assistant's content parts) the text of its refusal parts, if it has any."""
+def _content(entry: Mapping[str, Any], role: str) -> Any:
+    """The content of an entry: a string, a tuple of parts its role may hold, or None (an assistant's only)."""
     content = entry.get("content")
+    if type(content) is str:
+        return content
     if content is None:
-        return "", None
-    if isinstance(content, str):
-        return content, None
-    if not isinstance(content, list):
-        raise _EntryError(f"'content' must be a string, a list of text parts or null, got {type(content).__name__}")
-    texts: list[str] = []
-    refusals: list[str] = []
+        if role == "assistant":
+            return None
+        raise _EntryError(f"a {role} message needs a 'content' (a string or a list of parts), got null")
+    if not isinstance(content, list | tuple):
+        raise _EntryError(f"'content' must be a string, a list of parts or null, got {type(content).__name__}")
+    allowed = _ROLE_PARTS[role]
+    parts: list[Any] = []
     for j, part in enumerate(content):
         if not isinstance(part, Mapping):
             raise _EntryError(f"content part {j} must be an object, got {type(part).__name__}")
         kind = part.get("type")
-        if kind == "text":
-            key, into = "text", texts
-        elif kind == "refusal" and role == "assistant":
-            key, into = "refusal", refusals
-        elif kind in _NOT_TEXT:
-            raise _EntryError(
-                f"content part {j} is {_NOT_TEXT[kind]} (type {kind!r}): rxgraph messages hold text only, so it "
-                "cannot be kept; send such parts to the API yourself"
-            )
-        else:
-            raise _EntryError(f"content part {j} has type {kind!r}; only 'text' parts are supported")
-        value = part.get(key)
-        if not isinstance(value, str):
-            raise _EntryError(f"content part {j} has no string {key!r}")
-        into.append(value)
-    return "\n".join(texts), ("\n".join(refusals) if refusals else None)
+        if kind not in allowed:
+            if kind in _WHAT:
+                raise _EntryError(
+                    f"content part {j} is {_WHAT[kind]} (type {kind!r}), which a {role} message cannot hold: "
+                    f"the API takes {_HOLDS[role]} there"
+                )
+            raise _EntryError(f"content part {j} has type {kind!r}; a {role} message takes {_HOLDS[role]}")
+        try:
+            parts.append(parse_part(part))
+        except PartFormatError as exc:
+            raise _EntryError(f"content part {j} ({kind}): {exc}") from exc.__cause__
+    return tuple(parts)
+
+
+class PartFormatError(Exception):
+    """A content part that is not one rxgraph keeps, or is malformed (the caller says where it is)."""
+
+
+def parse_part(part: Mapping[str, Any]) -> Any:
+    """The rxgraph part of one of the API's content part dicts.
+
+    Raises:
+        PartFormatError: not a part rxgraph keeps, or malformed.
+    """
+    kind = part.get("type")
+    if kind == "text":
+        _only(part, "text")
+        return TextPart(text=_part_str(part, "text"), prompt_cache_breakpoint=_breakpoint(part))
+    if kind == "refusal":
+        _only(part, "refusal", cache=False)
+        return RefusalPart(refusal=_part_str(part, "refusal"))
+    if kind == "image_url":
+        _only(part, "image_url")
+        image = _inner(part, "image_url", ("url", "detail"))
+        detail = image.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high", "original"):
+            raise PartFormatError(f"'image_url.detail' must be 'auto', 'low', 'high' or 'original', got {detail!r}")
+        return ImagePart(
+            url=_part_str(image, "url", "image_url."), detail=detail, prompt_cache_breakpoint=_breakpoint(part)
+        )
+    if kind == "input_audio":
+        _only(part, "input_audio")
+        audio = _inner(part, "input_audio", ("data", "format"))
+        audio_format = audio.get("format")
+        if audio_format not in ("wav", "mp3"):
+            raise PartFormatError(f"'input_audio.format' must be 'wav' or 'mp3', got {audio_format!r}")
+        return AudioPart(
+            data=_part_str(audio, "data", "input_audio."),
+            format=audio_format,
+            prompt_cache_breakpoint=_breakpoint(part),
+        )
+    if kind == "file":
+        _only(part, "file")
+        file = _inner(part, "file", _FILE_KEYS)
+        for key, value in file.items():
+            if not isinstance(value, str):
+                raise PartFormatError(f"'file.{key}' must be a string, got {type(value).__name__}")
+        if "file_id" not in file and "file_data" not in file:
+            raise PartFormatError("'file' needs a 'file_id' or 'file_data'")
+        return FilePart(**file, prompt_cache_breakpoint=_breakpoint(part))
+    raise PartFormatError(f"unknown part type {kind!r}")
+
+
+def _only(part: Mapping[str, Any], key: str, *, cache: bool = True) -> None:
+    """Refuse keys rxgraph would not keep: a part comes back exactly or not at all."""
+    extra = [k for k in part if k != "type" and k != key and not (cache and k == "prompt_cache_breakpoint")]
+    if extra:
+        raise PartFormatError(f"it has {', '.join(map(repr, extra))}, which rxgraph does not keep")
+
+
+def _inner(part: Mapping[str, Any], key: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    inner = part.get(key)
+    if not isinstance(inner, Mapping):
+        raise PartFormatError(f"{key!r} must be an object, got {type(inner).__name__}")
+    extra = [k for k in inner if k not in keys]
+    if extra:
+        raise PartFormatError(f"{key!r} has {', '.join(map(repr, extra))}, which rxgraph does not keep")
+    return inner
+
+
+def _part_str(part: Mapping[str, Any], key: str, prefix: str = "") -> str:
+    value = part.get(key)
+    if not isinstance(value, str):
+        raise PartFormatError(f"no string {prefix + key!r}")
+    return value
+
+
+def _breakpoint(part: Mapping[str, Any]) -> CacheBreakpoint | None:
+    raw = part.get("prompt_cache_breakpoint")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or raw.get("mode") != "explicit" or not set(raw) <= {"mode", "ttl"}:
+        raise PartFormatError(
+            f"'prompt_cache_breakpoint' must be {{'mode': 'explicit'}} with an optional 'ttl', got {raw!r}"
+        )
+    ttl = raw.get("ttl")
+    if "ttl" in raw and ttl not in ("30m", "12h"):
+        raise PartFormatError(f"'prompt_cache_breakpoint.ttl' must be '30m' or '12h', got {ttl!r}")
+    return CacheBreakpoint(ttl=ttl)
 
 
 def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:

@@ -52,8 +52,10 @@ def trim_messages(
         max_messages: at most this many messages, the leading system messages included (>= 1).
         max_tokens: at most this many tokens as ``token_counter`` counts them, summed over the kept messages, the
             leading system messages included (>= 1).
-        token_counter: the number of tokens of one message (for instance from ``tiktoken`` and the message's
-            content); needed with ``max_tokens``, and only used with it.
+        token_counter: the number of tokens of one message; needed with ``max_tokens``, and only used with it.
+            ``rxgraph.messages.estimate_tokens`` counts every part of a message (text by its length, or by the
+            tokenizer you give it, an image, audio or file by the rule it documents); a message's ``.text`` is its
+            text alone, for a tokenizer of your own.
 
     Returns:
         The kept messages, oldest first.

@@ -3,6 +3,10 @@
 Every message is a frozen pydantic model: checkpoints share message objects between versions of a thread's
 state, so a message must never change after it has been created. Frozen models are also hashable.
 
+A message's ``content`` is a string, or a tuple of content parts (``rxgraph.messages.TextPart``, ``ImagePart``,
+``AudioPart``, ``FilePart``, ``RefusalPart``: which role may hold which follows the Chat Completions API); ``.text``
+is its text either way. A list given on input is stored as a tuple.
+
 A message's fields are stored in checkpoints as they are (see ``rxgraph.checkpoint``); what reaches a chat API is
 ``rxgraph.messages.to_openai``'s business, which says what each field becomes on the wire.
 """
@@ -13,6 +17,8 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from rxgraph.messages._parts import AssistantPart, TextPart, UserPart, parts_text
 
 __all__ = [
     "MESSAGES_ADAPTER",
@@ -61,26 +67,41 @@ class SystemMessage(BaseModel):
 
     ``role`` is ``"system"``, or ``"developer"``: the name newer OpenAI models give the same kind of message. A
     developer message is a system message everywhere in rxgraph (the sequence rules, the agent) and keeps its role
-    on the wire, so a history read with ``from_openai`` is sent back as it came. ``name`` is the API's optional
-    participant name.
+    on the wire, so a history read with ``from_openai`` is sent back as it came. ``content`` is a string or text
+    parts (``TextPart``). ``name`` is the API's optional participant name.
     """
 
     model_config = _FROZEN
 
     role: Literal["system", "developer"] = "system"
-    content: str
+    content: str | tuple[TextPart, ...]
     name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The content's text: the string, or the text parts joined with ``"\\n"``."""
+        return parts_text(self.content)
 
 
 class UserMessage(BaseModel):
-    """A message written by the end user. ``name`` is the API's optional participant name (to tell several users
-    apart)."""
+    """A message written by the end user.
+
+    ``content`` is a string, or parts: text, images, audio and files (``TextPart``, ``ImagePart``, ``AudioPart``,
+    ``FilePart``), in the order the model reads them. ``name`` is the API's optional participant name (to tell
+    several users apart).
+    """
 
     model_config = _FROZEN
 
     role: Literal["user"] = "user"
-    content: str
+    content: str | tuple[UserPart, ...]
     name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The content's text: the string, or the text parts joined with ``"\\n"`` (images, audio and files have
+        none)."""
+        return parts_text(self.content)
 
 
 class AssistantMessage(BaseModel):
@@ -88,6 +109,10 @@ class AssistantMessage(BaseModel):
 
     ``tool_calls`` accepts any sequence on input and is stored as a tuple. Call ids must be unique within the
     message, because each tool response names the call it answers by id.
+
+    ``content`` is a string, parts (``TextPart`` and ``RefusalPart``), or None: the API's ``null`` for a message
+    without tool calls (a refusal-only answer, as OpenAI sends it). A message with tool calls and no text has
+    ``""``, sent as ``null`` (see ``to_openai``). ``.text`` is the text either way.
 
     ``refusal`` is the model's refusal text, when it refused (OpenAI streams it apart from ``content``); ``name``
     the API's optional participant name; ``usage`` the tokens the call that produced the message used, when the
@@ -97,7 +122,7 @@ class AssistantMessage(BaseModel):
     model_config = _FROZEN
 
     role: Literal["assistant"] = "assistant"
-    content: str = ""
+    content: str | tuple[AssistantPart, ...] | None = ""
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
     name: str | None = None
@@ -113,6 +138,12 @@ class AssistantMessage(BaseModel):
             seen.add(call.id)
         return calls
 
+    @property
+    def text(self) -> str:
+        """The content's text: the string, the text parts joined with ``"\\n"`` (refusal parts are not text), or
+        ``""`` for no content."""
+        return parts_text(self.content)
+
 
 class ToolMessage(BaseModel):
     """The result of one tool call, linked to the call by ``tool_call_id``.
@@ -120,16 +151,21 @@ class ToolMessage(BaseModel):
     ``is_error`` marks a result that reports a failure of the tool. It is kept for the application's own use
     (routing, retries, display); chat wire formats have no such field. ``name`` is the name of the tool that
     answered, kept for the same use: the Chat Completions API has no such field either (the call id says which call
-    it answers), so neither goes on the wire.
+    it answers), so neither goes on the wire. ``content`` is a string or text parts (``TextPart``).
     """
 
     model_config = _FROZEN
 
     role: Literal["tool"] = "tool"
     tool_call_id: str
-    content: str
+    content: str | tuple[TextPart, ...]
     name: str | None = None
     is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """The content's text: the string, or the text parts joined with ``"\\n"``."""
+        return parts_text(self.content)
 
 
 Message = Annotated[

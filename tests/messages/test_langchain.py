@@ -5,6 +5,7 @@ import json
 import re
 from typing import Any
 
+import messages._part_strategies as parts
 import pydantic
 import pytest
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from rxgraph.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TextPart,
     TokenUsage,
     ToolCall,
     ToolMessage,
@@ -338,16 +340,16 @@ def test_from_langchain_reads_chunks_as_their_base_type() -> None:
     assert from_langchain([dumpd(m) for m in chunks]) == expected
 
 
-def test_from_langchain_joins_text_parts_with_newlines() -> None:
+def test_from_langchain_keeps_text_blocks_as_parts() -> None:
     payload: list[dict[str, Any]] = [
         {"type": "human", "content": [{"type": "text", "text": "first"}, "second", {"type": "text", "text": "third"}]},
-        {"type": "ai", "content": [{"type": "text", "text": "a", "annotations": [], "id": "t1"}]},
+        {"type": "ai", "content": [{"type": "text", "text": "a", "annotations": [], "id": "t1", "index": 0}]},
         {"type": "tool", "tool_call_id": "c1", "content": []},
     ]
     assert from_langchain(payload) == [
-        UserMessage(content="first\nsecond\nthird"),
-        AssistantMessage(content="a"),
-        ToolMessage(tool_call_id="c1", content=""),
+        UserMessage(content=(TextPart(text="first"), TextPart(text="second"), TextPart(text="third"))),
+        AssistantMessage(content=(TextPart(text="a"),)),
+        ToolMessage(tool_call_id="c1", content=()),
     ]
 
 
@@ -393,11 +395,20 @@ def _call(**overrides: Any) -> dict[str, Any]:
         ({"type": "function", "name": "f", "content": "x"}, "function messages are not supported"),
         ({"type": "chat", "content": "x"}, "needs a 'role'"),
         ({"role": "narrator", "content": "x"}, "unknown role 'narrator'"),
-        ({"type": "human"}, "'content' must be a string or a list of text parts, got NoneType"),
+        ({"type": "human"}, "'content' must be a string or a list of content blocks, got NoneType"),
         ({"type": "human", "content": 3}, "'content' must be"),
-        ({"type": "human", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "type 'image_url'"),
-        ({"type": "ai", "content": [{"type": "reasoning", "reasoning": "x"}]}, "text only"),
-        ({"type": "human", "content": [3]}, "content part 0 must be a string or an object"),
+        ({"type": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "an image part"),
+        ({"type": "tool", "tool_call_id": "c", "content": [{"type": "image", "url": "x"}]}, "hold no images"),
+        ({"type": "ai", "content": [{"type": "reasoning", "reasoning": "x"}]}, "no Chat Completions message"),
+        ({"type": "human", "content": [{"type": "image", "file_id": "f"}]}, "needs a url or base64"),
+        ({"type": "human", "content": [{"type": "image", "base64": "AA=="}]}, "needs its 'mime_type'"),
+        ({"type": "human", "content": [{"type": "audio", "url": "https://x/a.wav"}]}, "send its data"),
+        (
+            {"type": "human", "content": [{"type": "audio", "base64": "AA==", "mime_type": "audio/ogg"}]},
+            "audio/wav or audio/mpeg",
+        ),
+        ({"type": "human", "content": [{"type": "text", "text": "a", "annotations": [{"x": 1}]}]}, "'annotations'"),
+        ({"type": "human", "content": [3]}, "content block 0 must be a string or an object"),
         ({"type": "human", "content": [{"type": "text"}]}, "no string 'text'"),
         ({"type": "human", "content": "x", "name": 3}, "'name' must be a string or null"),
         ({"type": "human", "content": "x", "additional_kwargs": []}, "'additional_kwargs' must be an object"),
@@ -480,17 +491,21 @@ _usage = st.none() | st.builds(
 )
 _histories = st.lists(
     st.one_of(
-        st.builds(SystemMessage, role=st.sampled_from(["system", "developer"]), content=st.text(), name=_names),
-        st.builds(UserMessage, content=st.text(), name=_names),
+        st.builds(
+            SystemMessage, role=st.sampled_from(["system", "developer"]), content=parts.text_contents, name=_names
+        ),
+        st.builds(UserMessage, content=parts.user_contents, name=_names),
         st.builds(
             AssistantMessage,
-            content=st.text(),
+            content=parts.assistant_contents.filter(lambda content: content is not None),
             tool_calls=_calls,
             refusal=_names,
             name=_names,
             usage=_usage,
         ),
-        st.builds(ToolMessage, tool_call_id=st.text(), content=st.text(), name=_names, is_error=st.booleans()),
+        st.builds(
+            ToolMessage, tool_call_id=st.text(), content=parts.text_contents, name=_names, is_error=st.booleans()
+        ),
     ),
     max_size=6,
 )

@@ -7,7 +7,9 @@ from rxgraph.errors import InvalidTypeError, MessageFormatError
 from rxgraph.messages import (
     AssistantMessage,
     Message,
+    RefusalPart,
     SystemMessage,
+    TextPart,
     TokenUsage,
     ToolCall,
     ToolMessage,
@@ -107,17 +109,19 @@ def test_a_developer_message_is_a_system_message_that_keeps_its_role() -> None:
 def test_a_refusal_is_kept_both_ways() -> None:
     response_message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
     [message] = from_openai([response_message])
-    assert message == AssistantMessage(refusal="I can't help with that.")
-    assert to_openai([message]) == [{"role": "assistant", "content": "", "refusal": "I can't help with that."}]
-    assert from_openai(to_openai([message])) == [message]
+    assert message == AssistantMessage(content=None, refusal="I can't help with that.")
+    assert to_openai([message]) == [response_message]
 
 
-def test_refusal_parts_of_an_assistant_message_go_to_its_refusal() -> None:
+def test_refusal_parts_of_an_assistant_message_are_kept_in_order() -> None:
     entry: dict[str, Any] = {
         "role": "assistant",
         "content": [{"type": "text", "text": "Partly:"}, {"type": "refusal", "refusal": "no more"}],
     }
-    assert from_openai([entry]) == [AssistantMessage(content="Partly:", refusal="no more")]
+    [message] = from_openai([entry])
+    assert message == AssistantMessage(content=(TextPart(text="Partly:"), RefusalPart(refusal="no more")))
+    assert message.text == "Partly:" and message.refusal is None
+    assert to_openai([message]) == [entry]
 
 
 def test_usage_is_not_sent_back() -> None:
@@ -143,11 +147,12 @@ def test_to_openai_rejects_non_messages_naming_the_index() -> None:
     assert caught.value.argument == "messages" and isinstance(caught.value, TypeError)
 
 
-def test_from_openai_reads_null_content_as_empty_text() -> None:
-    assert from_openai([{"role": "assistant", "content": None}]) == [AssistantMessage()]
+def test_from_openai_keeps_null_content_as_none() -> None:
+    assert from_openai([{"role": "assistant", "content": None}]) == [AssistantMessage(content=None)]
+    assert AssistantMessage(content=None).text == ""
 
 
-def test_from_openai_reads_missing_content_as_empty_text() -> None:
+def test_from_openai_reads_missing_content_as_null() -> None:
     payload = [
         {
             "role": "assistant",
@@ -157,19 +162,22 @@ def test_from_openai_reads_missing_content_as_empty_text() -> None:
     assert from_openai(payload) == [AssistantMessage(tool_calls=(ToolCall(id="c1", name="f", arguments="{}"),))]
 
 
-def test_from_openai_joins_text_content_parts_with_newlines() -> None:
+def test_from_openai_keeps_text_parts_as_parts() -> None:
     payload: list[dict[str, Any]] = [
         {"role": "system", "content": [{"type": "text", "text": "be brief."}, {"type": "text", "text": "be kind."}]},
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
         {"role": "tool", "tool_call_id": "c1", "content": []},
     ]
-    assert from_openai(payload) == [
-        SystemMessage(content="be brief.\nbe kind."),
-        UserMessage(content="hello"),
-        AssistantMessage(content="a\nb"),
-        ToolMessage(tool_call_id="c1", content=""),
+    messages = from_openai(payload)
+    assert messages == [
+        SystemMessage(content=(TextPart(text="be brief."), TextPart(text="be kind."))),
+        UserMessage(content=(TextPart(text="hello"),)),
+        AssistantMessage(content=(TextPart(text="a"), TextPart(text="b"))),
+        ToolMessage(tool_call_id="c1", content=()),
     ]
+    assert [m.text for m in messages] == ["be brief.\nbe kind.", "hello", "a\nb", ""]
+    assert to_openai(messages) == payload
 
 
 def test_from_openai_ignores_extra_response_keys() -> None:
@@ -216,11 +224,32 @@ def _tool_call(**overrides: Any) -> dict[str, Any]:
         ({"role": "function", "name": "f", "content": "x"}, "'function' role is not supported"),
         ({"content": "x"}, "missing 'role'"),
         ({"role": "user", "content": 3}, "'content' must be"),
-        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "is an image"),
-        ({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, "text only"),
-        ({"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}, "is a file"),
-        ({"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}, "type 'refusal'"),
+        ({"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "is an image"),
+        ({"role": "tool", "tool_call_id": "c", "content": [{"type": "input_audio"}]}, "content part 0 is audio"),
+        ({"role": "assistant", "content": [{"type": "file", "file": {"file_id": "f"}}]}, "is a file"),
+        ({"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}, "is a refusal (type 'refusal')"),
+        ({"role": "user", "content": [{"type": "video_url"}]}, "content part 0 has type 'video_url'"),
+        ({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, "must be 'wav' or 'mp3'"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}, "'image_url' must be an object"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": 1}}]}, "no string 'image_url.url'"),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x", "detail": "max"}}]},
+            "'image_url.detail' must be",
+        ),
+        ({"role": "user", "content": [{"type": "file", "file": {"filename": "a.pdf"}}]}, "'file_id' or 'file_data'"),
+        ({"role": "user", "content": [{"type": "file", "file": {"file_id": 3}}]}, "'file.file_id' must be a string"),
+        ({"role": "user", "content": [{"type": "text", "text": "a", "x": 1}]}, "'x', which rxgraph does not keep"),
+        (
+            {"role": "user", "content": [{"type": "text", "text": "a", "prompt_cache_breakpoint": {"mode": "x"}}]},
+            "'prompt_cache_breakpoint' must be",
+        ),
+        ({"role": "user", "content": None}, "a user message needs a 'content'"),
         ({"role": "assistant", "content": [{"type": "refusal"}]}, "no string 'refusal'"),
+        (
+            {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+            "legacy 'function_call' cannot be kept",
+        ),
+        ({"role": "assistant", "content": None, "audio": {"id": "audio_1"}}, "'audio' (a previous audio answer)"),
         ({"role": "assistant", "content": "x", "refusal": 3}, "'refusal' must be a string or null"),
         ({"role": "user", "content": "x", "name": 3}, "'name' must be a string or null"),
         ({"role": "user", "content": ["plain"]}, "content part 0 must be an object"),
