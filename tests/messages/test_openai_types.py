@@ -1,18 +1,22 @@
-"""``to_openai`` checked against the ``openai`` package's own request types, strictly (unknown keys refused), and the
-new message fields through the checkpoint serde."""
+"""``to_openai`` checked against the ``openai`` package's own request types, strictly (unknown keys refused); the wire
+round trip ``to_openai(from_openai(x)) == x`` for every message shape those types allow (content parts included),
+and a refusal for each one rxgraph cannot keep; the SDK's own objects read; and the message fields through the
+checkpoint serde."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import messages._part_strategies as parts
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from rxgraph.checkpoint import Serde
+from rxgraph.errors import MessageFormatError
 from rxgraph.messages import (
     AssistantMessage,
     Message,
@@ -184,3 +188,285 @@ def test_a_message_stored_before_the_new_fields_reads_back_with_their_defaults()
         UserMessage(content="u"),
         AssistantMessage(content="a"),
     ]
+
+
+# -- every wire shape round-trips exactly --------------------------------------------------------------------------
+
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+_PNG = "data:image/png;base64,iVBORw0KGgo="
+_WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+_PDF = "data:application/pdf;base64,JVBERi0xLjQK"
+
+WIRE_SHAPES: dict[str, dict[str, Any]] = {
+    # string content, every role
+    "system": {"role": "system", "content": "be brief"},
+    "system named": {"role": "system", "content": "be brief", "name": "policy"},
+    "developer": {"role": "developer", "content": "be brief", "name": "ops"},
+    "user": {"role": "user", "content": "hi"},
+    "user named": {"role": "user", "content": "hi", "name": "alice"},
+    "user empty": {"role": "user", "content": ""},
+    "assistant": {"role": "assistant", "content": "hello"},
+    "assistant named": {"role": "assistant", "content": "hello", "name": "helper"},
+    "assistant empty": {"role": "assistant", "content": ""},
+    "tool": {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    # lists of text parts: kept as lists, not joined
+    "system parts": {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    "developer parts": {"role": "developer", "content": [{"type": "text", "text": "a"}]},
+    "user text parts": {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    "assistant text parts": {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+    "tool parts": {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "r"}]},
+    "empty list": {"role": "user", "content": []},
+    # images, audio, files
+    "image by URL": {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.org/a.png"}}]},
+    "image by data URL": {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _PNG}}]},
+    **{
+        f"image at detail {detail}": {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": _PNG, "detail": detail}},
+            ],
+        }
+        for detail in ("auto", "low", "high", "original")
+    },
+    **{
+        f"{format_} audio": {
+            "role": "user",
+            "content": [{"type": "input_audio", "input_audio": {"data": _WAV, "format": format_}}],
+        }
+        for format_ in ("wav", "mp3")
+    },
+    "file by id": {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc"}}]},
+    "file by data": {"role": "user", "content": [{"type": "file", "file": {"file_data": _PDF, "filename": "a.pdf"}}]},
+    "file by data, no name": {"role": "user", "content": [{"type": "file", "file": {"file_data": _PDF}}]},
+    "file by id and name": {
+        "role": "user",
+        "content": [{"type": "file", "file": {"file_id": "file-abc", "filename": "a.pdf"}}],
+    },
+    "every user part": {
+        "role": "user",
+        "name": "alice",
+        "content": [
+            {"type": "text", "text": "compare"},
+            {"type": "image_url", "image_url": {"url": "https://x.org/a.png", "detail": "low"}},
+            {"type": "input_audio", "input_audio": {"data": _WAV, "format": "wav"}},
+            {"type": "file", "file": {"file_id": "file-abc"}},
+            {"type": "text", "text": "please"},
+        ],
+    },
+    "cache breakpoints": {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "long prefix", "prompt_cache_breakpoint": {"mode": "explicit"}},
+            {
+                "type": "image_url",
+                "image_url": {"url": _PNG},
+                "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"},
+            },
+            {
+                "type": "input_audio",
+                "input_audio": {"data": _WAV, "format": "mp3"},
+                "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"},
+            },
+            {"type": "file", "file": {"file_id": "f"}, "prompt_cache_breakpoint": {"mode": "explicit"}},
+        ],
+    },
+    # refusals, tool calls, null content
+    "refusal alone": {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+    "refusal with text": {"role": "assistant", "content": "Partly.", "refusal": "no more"},
+    "refusal parts": {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Partly:"}, {"type": "refusal", "refusal": "no more"}],
+    },
+    "null content": {"role": "assistant", "content": None},
+    "tool calls": {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+    "tool calls with text": {"role": "assistant", "content": "Checking.", "tool_calls": [_CALL]},
+    "tool calls with parts": {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Checking."}],
+        "tool_calls": [_CALL, {**_CALL, "id": "call_2", "function": {"name": "time", "arguments": "{"}}],
+        "name": "helper",
+    },
+}
+
+
+def test_every_wire_shape_passes_the_strict_check() -> None:
+    strict_check(list(WIRE_SHAPES.values()))
+
+
+@pytest.mark.parametrize("shape", list(WIRE_SHAPES))
+def test_every_wire_shape_round_trips_exactly(shape: str) -> None:
+    entry = WIRE_SHAPES[shape]
+    messages = from_openai([entry])
+    assert to_openai(messages) == [entry]
+    # Through the checkpoint serde too, the message comes back the same.
+    serde = Serde()
+    assert list(serde.loads(serde.dumps(messages))) == messages
+
+
+# What the wire says two ways and rxgraph one: converted, as the module's table says.
+CONVERTED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "no content key": (
+        {"role": "assistant", "tool_calls": [_CALL]},
+        {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+    ),
+    "empty text with calls": (
+        {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+        {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+    ),
+    "null optional keys": (
+        {"role": "assistant", "content": "hi", "refusal": None, "audio": None, "function_call": None},
+        {"role": "assistant", "content": "hi"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVERTED))
+def test_what_the_wire_says_two_ways_is_sent_one_way(case: str) -> None:
+    entry, sent = CONVERTED[case]
+    strict_check([entry, sent])
+    assert to_openai(from_openai([entry])) == [sent]
+
+
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
+    "legacy function role": ({"role": "function", "name": "f", "content": "x"}, "'function' role"),
+    "legacy function_call": (
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        "'function_call' cannot be kept",
+    ),
+    "assistant audio answer": ({"role": "assistant", "content": None, "audio": {"id": "audio_1"}}, "'audio'"),
+    "custom tool call": (
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "f", "input": "x"}}],
+        },
+        "type 'custom'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_rxgraph_cannot_keep_is_refused_not_dropped(case: str) -> None:
+    entry, match = REFUSED[case]
+    strict_check([entry])  # a shape the wire types allow
+    with pytest.raises(MessageFormatError, match=r"^message 1: .*" + match.replace("(", r"\(")) as caught:
+        from_openai([{"role": "user", "content": "hi"}, entry])
+    assert caught.value.index == 1
+
+
+# Parts another role cannot hold: the API's types refuse them, and so does from_openai, naming the part.
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        (
+            {"role": "system", "content": [{"type": "image_url", "image_url": {"url": _PNG}}]},
+            "content part 0 is an image",
+        ),
+        (
+            {
+                "role": "developer",
+                "content": [{"type": "text", "text": "a"}, {"type": "file", "file": {"file_id": "f"}}],
+            },
+            "content part 1 is a file",
+        ),
+        (
+            {
+                "role": "tool",
+                "tool_call_id": "c",
+                "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}],
+            },
+            "content part 0 is audio",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": _PNG}}]},
+            "content part 0 is an image",
+        ),
+        ({"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}, "content part 0 is a refusal"),
+    ],
+)
+def test_a_part_its_role_cannot_hold_is_refused_as_the_api_refuses_it(entry: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValidationError):
+        strict_check([entry])
+    with pytest.raises(MessageFormatError, match=match) as caught:
+        from_openai([entry])
+    assert caught.value.index == 0
+
+
+# -- the SDK's own objects ---------------------------------------------------------------------------------------
+
+
+def test_the_sdks_response_message_is_read_as_its_json() -> None:
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "refusal": None,
+                        "annotations": [],
+                        "tool_calls": [_CALL],
+                    },
+                }
+            ],
+        }
+    )
+    message = completion.choices[0].message
+    assert isinstance(message, ChatCompletionMessage)
+    [read] = from_openai([message])
+    assert read == AssistantMessage(tool_calls=(ToolCall(id="call_1", name="weather", arguments='{"city": "Paris"}'),))
+    assert to_openai([read]) == [{"role": "assistant", "content": None, "tool_calls": [_CALL]}]
+    # Built in code, with only some fields set; mixed with dicts and rxgraph messages.
+    built = ChatCompletionMessage(role="assistant", content="hi")
+    user = UserMessage(content="hello")
+    assert from_openai([{"role": "user", "content": "hello"}, built, user]) == [
+        user,
+        AssistantMessage(content="hi"),
+        user,
+    ]
+
+
+def test_the_sdks_audio_answer_is_refused() -> None:
+    message = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "audio": {"id": "audio_1", "data": "", "expires_at": 0, "transcript": "hi"},
+        }
+    )
+    with pytest.raises(MessageFormatError, match="'audio'"):
+        from_openai([message])
+
+
+# -- histories with parts ----------------------------------------------------------------------------------------
+
+
+def _as_sent(message: Message) -> Message:
+    """What ``from_openai(to_openai(...))`` gives back: what the wire has a field for."""
+    message = _as_read_back(message)
+    if isinstance(message, AssistantMessage) and message.content is None and message.tool_calls:
+        return message.model_copy(update={"content": ""})
+    return message
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts.histories())
+def test_any_history_with_parts_is_a_valid_request_and_reads_back(history: list[Message]) -> None:
+    wire = to_openai(history)
+    strict_check(wire)
+    assert from_openai(wire) == [_as_sent(message) for message in history]
+    assert to_openai(from_openai(wire)) == wire
+
+
+@settings(max_examples=50, deadline=None)
+@given(parts.histories())
+def test_parts_read_back_from_the_serde(history: list[Message]) -> None:
+    serde = Serde()
+    _strictly_equal(history, serde.loads(serde.dumps(history)))
