@@ -15,6 +15,7 @@ from mcp.client.stdio import stdio_client
 
 from .._log import log
 from ..errors import MCPError
+from ..rx._awaitable import running_loop
 from ._mcp_content import result_text
 
 __all__ = ["CLOSE_WAIT", "Server", "Session"]
@@ -46,9 +47,19 @@ class Session:
         self.loop = loop
         self.listing: Future[list[types.Tool]] = Future()
         self.done: Future[None] = Future()
-        self.task: object = None  # the owning task (or its future): kept referenced until it ends
+        self.task: asyncio.Task[None] | Future[None] | None = None  # the owning task (or its future), kept referenced
         self._client: mcp.Client | None = None
         self._closing = asyncio.Event()  # bound to the loop on first use, which is in `run`
+
+    def start(self) -> None:
+        """Start ``run`` on the session's loop: from another thread (``with``) or on the loop itself (``async
+        with``)."""
+        if running_loop() is self.loop:
+            self.task = self.loop.create_task(self.run(), name=f"MCP session {self.description}")
+        else:
+            self.task = asyncio.run_coroutine_threadsafe(self.run(), self.loop)
+        # Set when the task is over, even one cancelled before it began (which never runs its own `finally`).
+        self.task.add_done_callback(self._ended)
 
     async def run(self) -> None:
         try:
@@ -64,13 +75,24 @@ class Session:
                 log.warning("the session with MCP server %s ended with an error", self.description, exc_info=True)
             if not isinstance(error, Exception):
                 raise
-        finally:
-            self._client = None
-            self.done.set_result(None)
+
+    def _ended(self, _: object) -> None:
+        self._client = None
+        if not self.listing.done():
+            self.listing.set_exception(MCPError("the session was stopped before it connected", server=self.description))
+        self.done.set_result(None)
 
     def stop(self) -> None:
         """Ask ``run`` to close the session (from any thread); ``done`` says when it has."""
         self.loop.call_soon_threadsafe(self._closing.set)
+
+    def abandon(self) -> None:
+        """Stop ``run`` where it is (from any thread): for an opening that was interrupted while it connected."""
+        task = self.task
+        if isinstance(task, asyncio.Task):
+            self.loop.call_soon_threadsafe(task.cancel)
+        elif task is not None:
+            task.cancel()
 
     def stop_at_exit(self) -> None:
         """Close this session when the interpreter exits, if it is still open then (a toolset opened with ``with``

@@ -162,12 +162,12 @@ class MCPToolset:
             InvalidArgumentError: ``requires_approval`` names a tool the server does not have.
         """
         session = self._new_session(background_loop())
-        session.task = asyncio.run_coroutine_threadsafe(session.run(), session.loop)
+        session.start()
         try:
             self._tools = self._made_tools(session.listing.result())
         except BaseException:
             self._closing()
-            session.stop()
+            session.abandon()
             session.done.result(CLOSE_WAIT)
             raise
         session.stop_at_exit()
@@ -185,12 +185,12 @@ class MCPToolset:
             InvalidArgumentError: ``requires_approval`` names a tool the server does not have.
         """
         session = self._new_session(asyncio.get_running_loop())
-        session.task = asyncio.create_task(session.run(), name=f"MCP session {self._description}")
+        session.start()
         try:
             self._tools = self._made_tools(await asyncio.wrap_future(session.listing))
         except BaseException:
             self._closing()
-            session.stop()
+            session.abandon()
             await asyncio.shield(asyncio.wrap_future(session.done))
             raise
         return self

@@ -245,6 +245,27 @@ def test_async_with_keeps_the_session_on_the_callers_loop_for_an_async_turn() ->
     assert not _alive(pid)
 
 
+def test_an_opening_cancelled_while_the_server_starts_stops_it(report_socket: tuple[str, socket.socket]) -> None:
+    path, listening = report_socket
+    # A server that says it started, then never answers: the opening waits for its first answer.
+    hangs = f"import os, socket; s = socket.socket(socket.AF_UNIX); s.connect({path!r}); "
+    hangs += "s.sendall(str(os.getpid()).encode() + b'\\n'); input()"
+
+    async def main() -> int:
+        opening = asyncio.ensure_future(MCPToolset.stdio([sys.executable, "-c", hangs]).__aenter__())
+        connection, _ = await asyncio.get_running_loop().run_in_executor(None, listening.accept)
+        with connection, connection.makefile("r") as seen:
+            connection.settimeout(30)
+            pid = int(seen.readline())
+        assert _alive(pid)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        return pid
+
+    assert not _alive(asyncio.run(main()))
+
+
 # -- refused input -------------------------------------------------------------------------------------------------
 
 
