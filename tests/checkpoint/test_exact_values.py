@@ -28,7 +28,19 @@ from rxgraph import (
 from rxgraph._frozen import MAX_DEPTH, freeze
 from rxgraph.checkpoint import PostgresSaver, Serde, SqliteSaver
 from rxgraph.errors import InvalidArgumentError, InvalidTypeError, SerializationError
-from rxgraph.messages import AssistantMessage, ToolCall, UserMessage
+from rxgraph.messages import (
+    AssistantMessage,
+    AudioPart,
+    CacheBreakpoint,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 
 
 class Inner(BaseModel):
@@ -376,3 +388,55 @@ def test_list_refuses_a_limit_no_sql_engine_can_take(saver_factory: Callable[[],
         with pytest.raises(InvalidTypeError, match="limit must be None or an int") as wrong_type:
             saver.list("t", limit=wrong)  # type: ignore[arg-type]
         assert wrong_type.value.argument == "limit"
+
+
+# -- messages with content parts -------------------------------------------------------------------------------------
+
+_PARTS_HISTORY = [
+    SystemMessage(role="developer", content=(TextPart(text="be brief", prompt_cache_breakpoint=CacheBreakpoint()),)),
+    UserMessage(
+        content=(
+            TextPart(text="what is on these?"),
+            ImagePart(url="https://example.com/a.png", detail="low"),
+            ImagePart.from_bytes(b"\x89PNG\r\n", detail="high"),
+            AudioPart.from_bytes(b"RIFF....WAVE", "wav"),
+            FilePart(file_id="file-1"),
+            FilePart.from_bytes(b"%PDF-1.4", "a.pdf"),
+            FilePart(file_id="file-2", filename="b.pdf", prompt_cache_breakpoint=CacheBreakpoint(ttl="12h")),
+        ),
+        name="alice",
+    ),
+    AssistantMessage(
+        content=(TextPart(text="Let me look."),), tool_calls=(ToolCall(id="c1", name="f", arguments="{"),)
+    ),
+    ToolMessage(tool_call_id="c1", content=(TextPart(text="a"), TextPart(text="b")), name="f"),
+    AssistantMessage(content=(TextPart(text="Partly:"), RefusalPart(refusal="no more"))),
+    UserMessage(content=()),
+    AssistantMessage(content=None, refusal="no"),
+]
+
+
+def test_messages_with_content_parts_read_back_exactly(store: Store) -> None:
+    history = FrozenList(_PARTS_HISTORY)
+    written, back = _read_back(store, {"messages": history, "last": _PARTS_HISTORY[1]})
+    for key in ("messages", "last"):
+        assert_exact(written.values[key], back[key])
+    assert list(back["messages"]) == _PARTS_HISTORY and back["last"] == _PARTS_HISTORY[1]
+    # The memory saver keeps the very objects.
+    memory = MemorySaver()
+    memory.put(_checkpoint({"messages": history}), expected_head=None)
+    got = memory.get("t", "c1")
+    assert got is not None and list(got.values["messages"]) == _PARTS_HISTORY
+
+
+def test_a_part_is_stored_as_its_fields_and_a_text_message_as_before() -> None:
+    assert SERDE.dumps(UserMessage(content=(ImagePart(url="u", detail="low"),))) == (
+        '{"$type":"rxgraph.UserMessage","data":{"role":"user","content":[{"type":"image","url":"u","detail":"low",'
+        '"prompt_cache_breakpoint":null}],"name":null}}'
+    )
+    assert (
+        SERDE.dumps(UserMessage(content="x"))
+        == '{"$type":"rxgraph.UserMessage","data":{"role":"user","content":"x","name":null}}'
+    )
+    # A part is a registered model of its own, too: a state may hold one.
+    assert SERDE.loads(SERDE.dumps(ImagePart(url="u"))) == ImagePart(url="u")

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import messages._part_strategies as parts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -330,6 +331,40 @@ def test_any_history_reads_back_exactly_from_postgres(
                 _assert_reads_back(_listed(reader, thread), written)
             with fresh() as reader:
                 _assert_reads_back(_by_id(reader), written[::-1])
+
+
+# -- message histories with content parts ---------------------------------------------------------------------------
+
+
+@st.composite
+def message_histories(draw: st.DrawFn) -> list[tuple[dict[str, Any], bool]]:
+    """A thread's states as an agent writes them: its message list growing (images, audio, files, refusal parts, an
+    assistant's null content among them), a few messages at a time."""
+    messages = draw(parts.histories())
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(messages)), max_size=4))) | {len(messages)})
+    return [({"messages": FrozenList(messages[:cut]), "turn": cut}, draw(st.booleans())) for cut in cuts]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(message_histories())
+def test_histories_with_content_parts_read_back_exactly_from_memory_and_sqlite(
+    history: list[tuple[dict[str, Any], bool]],
+) -> None:
+    test_any_history_reads_back_exactly_from_every_saver.hypothesis.inner_test(history)  # type: ignore[attr-defined]
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(history=message_histories())
+def test_histories_with_content_parts_read_back_exactly_from_postgres(
+    history: list[tuple[dict[str, Any], bool]], postgres_server: str, postgres_schema: str
+) -> None:
+    test_any_history_reads_back_exactly_from_postgres.hypothesis.inner_test(  # type: ignore[attr-defined]
+        history=history, postgres_server=postgres_server, postgres_schema=postgres_schema
+    )
 
 
 def test_another_process_reads_back_exactly_what_was_written(tmp_path: Path) -> None:
