@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from _openai_clients import make_client
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -14,6 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel._recording import OpenSpans, Recorded
 
 import rxgraph.otel
+
+__all__ = ["make_client", "otel"]  # make_client: the openai clients of OpenAIChatModel's spans
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from otel._recording import Recorded
 from reactivex import operators as ops
 from reactivex.scheduler import ThreadPoolScheduler
 
-from rxgraph import END, START, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, CompiledGraph, MemorySaver, RunnableConfig, StateGraph
 from rxgraph.agent import ChatChunk, ReactAgent, ToolSpec
 from rxgraph.messages import Message
 from rxgraph.testing import ScriptedChatModel, finish, text
@@ -69,22 +69,28 @@ def test_runs_are_counted_by_outcome_with_their_durations_and_rewinds(otel: Reco
     assert rewinds.sum >= 0
 
 
-def test_runs_holding_their_thread_and_waiting_for_it_are_counted_while_they_do(
-    otel: Recorded, pool: ThreadPoolScheduler
-) -> None:
-    started, release = threading.Event(), threading.Event()
+def _held(pool: ThreadPoolScheduler, started: threading.Event, release: threading.Event) -> CompiledGraph:
+    """A graph whose one node, on ``pool``, says it started and holds its run until ``release``; later runs on its
+    thread wait in line (enqueue)."""
 
     def slow(state: Mapping[str, Any]) -> None:
         started.set()
         release.wait(10)
 
-    graph = (
+    return (
         StateGraph()
         .add_node("slow", slow, scheduler=pool)
         .add_edge(START, "slow")
         .add_edge("slow", END)
         .compile(MemorySaver(), multitask="enqueue")
     )
+
+
+def test_runs_holding_their_thread_and_waiting_for_it_are_counted_while_they_do(
+    otel: Recorded, pool: ThreadPoolScheduler
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    graph = _held(pool, started, release)
     config = RunnableConfig(thread_id="t")
     done = [threading.Event(), threading.Event()]
     first = graph.stream({}, config).subscribe(on_completed=done[0].set)
@@ -103,18 +109,7 @@ def test_runs_holding_their_thread_and_waiting_for_it_are_counted_while_they_do(
 
 def test_a_run_left_while_it_waits_for_its_thread_stops_waiting(otel: Recorded, pool: ThreadPoolScheduler) -> None:
     started, release = threading.Event(), threading.Event()
-
-    def slow(state: Mapping[str, Any]) -> None:
-        started.set()
-        release.wait(10)
-
-    graph = (
-        StateGraph()
-        .add_node("slow", slow, scheduler=pool)
-        .add_edge(START, "slow")
-        .add_edge("slow", END)
-        .compile(MemorySaver(), multitask="enqueue")
-    )
+    graph = _held(pool, started, release)
     config = RunnableConfig(thread_id="t")
     done = threading.Event()
     graph.stream({}, config).subscribe(on_completed=done.set)

@@ -3,47 +3,22 @@ server, the token counts the API reported and the finish reasons; message conten
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
+from _openai_clients import Client
 from otel._recording import Recorded
 
 import rxgraph.otel
 from rxgraph import MemorySaver, RunnableConfig
 from rxgraph.agent import ReactAgent, tool
 from rxgraph.models.openai import OpenAIChatModel
-from rxgraph.rx._awaitable import background_loop
 from rxgraph.testing import ChatCompletionsServer, Reply, StreamedCall
 
 CONFIG = RunnableConfig(thread_id="t")
-
-Client = openai.OpenAI | openai.AsyncOpenAI
-
-
-@pytest.fixture(params=["sync", "async"])
-def make_client(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Client]]:
-    """Clients of one kind (the test runs once per kind), closed when the test ends."""
-    made: list[Client] = []
-
-    def make(base_url: str) -> Client:
-        client: Client
-        if request.param == "sync":
-            client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
-        else:
-            client = openai.AsyncOpenAI(base_url=base_url, api_key="test", max_retries=0)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        if isinstance(client, openai.OpenAI):
-            client.close()
-        else:  # its connections belong to the loop its requests ran on: rxgraph's background loop here
-            asyncio.run_coroutine_threadsafe(client.close(), background_loop()).result(5)
 
 
 @tool
