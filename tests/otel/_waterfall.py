@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -137,19 +138,26 @@ def _tick(total_ns: int) -> int:
 
 
 def record_cancelled_turn() -> Sequence[ReadableSpan]:
-    """A turn of an agent on the local OpenAI-compatible server, cut 150 ms into its tool; its recorded spans."""
+    """A served turn of an agent on the local OpenAI-compatible server, its stream closed by its client 150 ms into
+    its tool (as a browser tab closing does); the spans it recorded, the request's own among them (the app is
+    instrumented with OpenTelemetry's ASGI middleware), less the middleware's spans of each message sent."""
     import threading
 
+    import httpx
     import openai
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
     from reactivex.scheduler import ThreadPoolScheduler
+    from serve._serving import Server, post_turn
 
     import rxgraph.otel
-    from rxgraph import MemorySaver, RunInfo, RunnableConfig
+    from rxgraph import MemorySaver, RunInfo
     from rxgraph.agent import ReactAgent, tool
     from rxgraph.models.openai import OpenAIChatModel
+    from rxgraph.serve import create_app
     from rxgraph.testing import ChatCompletionsServer, Pause, Reply, StreamedCall
 
     exporter = InMemorySpanExporter()
@@ -170,25 +178,42 @@ def record_cancelled_turn() -> Sequence[ReadableSpan]:
         Reply("Hello! ", "How can I help?", usage=(21, 6)),
         Reply(Pause(0.08), StreamedCall("call_1", "get_weather", '{"city": "Paris"}'), usage=(58, 18)),
     ]
+    ask = {"input": {"messages": [{"role": "user", "content": "What's the weather in Paris?"}]}}
     try:
-        with ChatCompletionsServer(script) as server, openai.OpenAI(base_url=server.base_url, api_key="k") as client:
+        with ChatCompletionsServer(script) as model, openai.OpenAI(base_url=model.base_url, api_key="k") as client:
             agent = ReactAgent(OpenAIChatModel(client, "gpt-4o-mini"), tools=[get_weather], checkpointer=MemorySaver())
-            agent.invoke("Hi", RunnableConfig(thread_id="t"))  # the turn before: where the cut one goes back to
-            exporter.clear()
-            tracer = provider.get_tracer("app")
-            with tracer.start_as_current_span("POST /threads/{thread_id}/runs/stream"):
-                turn = agent.stream("What's the weather in Paris?", RunnableConfig(thread_id="t")).subscribe()
-                started.wait(5)
-                threading.Event().wait(0.15)  # the user presses Stop
-                turn.dispose()
+            server = Server(OpenTelemetryMiddleware(create_app(agent), tracer_provider=provider))
+            try:
+                post_turn(
+                    server.url, "t", {"input": {"messages": "Hi"}}
+                )  # the turn before: where the cut one goes back to
+                exporter.clear()
+                with (
+                    httpx.Client(base_url=server.url, timeout=10) as http,
+                    http.stream("POST", "/threads/t/runs/stream", json={"assistant_id": "agent", **ask}),
+                ):
+                    started.wait(5)
+                    threading.Event().wait(0.15)  # the user closes the tab
+                runs = httpx.get(f"{server.url}/threads/t/runs", timeout=10).json()
+                httpx.get(f"{server.url}/threads/t/runs/{runs[0]['run_id']}/join", timeout=10)  # ended, rewound
+            finally:
+                server.stop()
     finally:
         rxgraph.otel.uninstrument()
         pool.executor.shutdown(wait=True)
         provider.shutdown()
-    return exporter.get_finished_spans()
+    spans = exporter.get_finished_spans()
+    [run] = [span for span in spans if span.name == "rxgraph.run"]
+    return [  # the cut turn's trace, without the middleware's span per message received or sent
+        span
+        for span in spans
+        if span.context.trace_id == run.context.trace_id
+        and (span.kind is not SpanKind.INTERNAL or span.name.startswith(("rxgraph.", "chat ", "execute_tool ")))
+    ]
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' helpers: serve._serving
     picture = draw_waterfall(record_cancelled_turn(), "A turn cancelled while its tool runs, as its trace shows it")
     with open(sys.argv[1], "w", encoding="utf-8") as file:
         file.write(picture)
