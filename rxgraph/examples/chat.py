@@ -103,9 +103,9 @@ class ScriptedChat:
 
     def _script(self, last: Message | None, tools: Sequence[ToolSpec]) -> Script:
         if isinstance(last, ToolMessage):
-            return self._play(_words(f"Here is the weather: {last.content}. Anything else?"), [finish("stop")])
-        if isinstance(last, UserMessage) and "weather" in last.content.lower() and tools:
-            city = _city(last.content)
+            return self._play(_words(f"Here is the weather: {last.text}. Anything else?"), [finish("stop")])
+        if isinstance(last, UserMessage) and "weather" in last.text.lower() and tools:
+            city = _city(last.text)
             arguments = json.dumps({"city": city})
             call = ChatChunk(
                 tool_calls=(

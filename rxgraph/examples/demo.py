@@ -43,8 +43,8 @@ class DemoModel:
         self.requests.append(tuple(messages))
         last = messages[-1] if messages else None
         if isinstance(last, ToolMessage):
-            script = marbles("--a-b-c|", a=text("In Paris: "), b=text(last.content), c=text(" right now."))
-        elif isinstance(last, UserMessage) and "weather" in last.content.lower() and tools:
+            script = marbles("--a-b-c|", a=text("In Paris: "), b=text(last.text), c=text(" right now."))
+        elif isinstance(last, UserMessage) and "weather" in last.text.lower() and tools:
             self._calls += 1
             call = tool_call(f"call-{self._calls}", "get_weather", '{"city": "Paris"}')
             script = marbles("-a-b|", a=call, b=finish("tool_calls"))
@@ -110,7 +110,7 @@ def run_demo(db: str | os.PathLike[str], *, cancel_at: float = 10.0, out: TextIO
                     roles = _roles_of(model.requests[first_request])
                     print(f"        the model's first request passes check_request: [{roles}]", file=out)
                 if isinstance(answer, AssistantMessage):
-                    print(f"        assistant: {answer.content}", file=out)
+                    print(f"        assistant: {answer.text}", file=out)
             print(file=out)
         print(f"history of thread {thread_id!r}, newest first:", file=out)
         for checkpoint in saver.list(thread_id):

@@ -290,3 +290,84 @@ def test_a_failed_turn_shows_its_error_and_the_thread_is_rewound(
         expect(page.get_by_role("button", name="Send")).to_be_enabled()
 
     assert errors == [] and elsewhere == []
+
+
+def _png() -> bytes:
+    """A 64x48 red PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * 64 for _ in range(48))
+    header = struct.pack(">IIBBBBB", 64, 48, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def test_an_attached_image_is_sent_as_an_image_part_and_shown_with_its_message(
+    browser: Browser, serve: Callable[[ASGIApp], Server], tmp_path: Path
+) -> None:
+    model = ScriptedChat(pace=0.0)
+    server = serve(create_app(make(MemorySaver(), model=model, tool_seconds=0.0)))
+    errors: list[str] = []
+    elsewhere: list[str] = []
+    picture = tmp_path / "red.png"
+    picture.write_bytes(_png())
+    data_url = "data:image/png;base64," + __import__("base64").b64encode(_png()).decode("ascii")
+
+    with chat_page(browser, server, errors, elsewhere) as page:
+        page.get_by_label("Attach an image").set_input_files(str(picture))
+        expect(page.locator("#attachment")).to_contain_text("Attached: red.png")
+        say(page, "What is in this picture?")
+        expect(page.get_by_role("status")).to_have_text("Done.")
+        expect(page.locator("#attachment")).to_have_text("")
+        image = page.locator(".user img")
+        expect(image).to_have_count(1)
+        expect(image).to_have_attribute("src", data_url)
+        assert image.evaluate("img => img.complete && img.naturalWidth") == 64  # the browser decoded it
+        expect(page.locator(".user")).to_have_text(["What is in this picture?"])
+        thread = thread_of(page)
+
+        page.reload()  # read back from the thread's state: the stored parts
+        expect(page.locator(".user img")).to_have_attribute("src", data_url)
+
+    [human, _] = state(server, thread)["values"]["messages"]
+    assert human["content"] == [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": data_url}},
+    ]
+    # The model was asked with the parts: a text part and an image part.
+    [request] = model.requests
+    assert request[-1].content[1].url == data_url and request[-1].text == "What is in this picture?"
+    assert errors == [] and elsewhere == []
+
+
+def test_a_message_shows_only_safe_images_and_never_its_markup(
+    browser: Browser, serve: Callable[[ASGIApp], Server]
+) -> None:
+    server = serve(create_app(make(MemorySaver(), model=ScriptedChat(pace=0.0), tool_seconds=0.0)))
+    markup = '<img src=x onerror="window.injected=1"><b>bold</b>'
+    parts = [
+        {"type": "text", "text": markup},
+        {"type": "image_url", "image_url": {"url": "javascript:window.injected=2"}},
+        {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/plain-http.png"}},
+        {"type": "image_url", "image_url": {"url": "data:text/html;base64,PGI+eDwvYj4="}},
+    ]
+    thread = httpx.post(f"{server.url}/threads", json={}, timeout=WAIT).json()["thread_id"]
+    response = httpx.post(
+        f"{server.url}/threads/{thread}/runs/wait",
+        json={"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": parts}]}},
+        timeout=WAIT,
+    )
+    assert response.status_code == 200, response.text
+    errors: list[str] = []
+    elsewhere: list[str] = []
+
+    with chat_page(browser, server, errors, elsewhere) as page:
+        page.goto(f"{server.url}/?thread={thread}")
+        expect(page.locator(".user")).to_have_text([markup])  # as text
+        expect(page.locator(".user img, .user b")).to_have_count(0)
+        assert page.evaluate("window.injected") is None
+
+    assert errors == [] and elsewhere == []
