@@ -121,18 +121,19 @@ class _Runs:
             Refusal: 404 (no such thread of the caller's), 409 (its id is taken).
         """
         registry = self.s.registry
+        made = ThreadRecord(thread_id, identity, {"graph_id": graph_id})
         if asked is None:
-            made = ThreadRecord(thread_id, identity, {"graph_id": graph_id})
             registry.create_thread(made)
+            return True
+        # With "create", made first: a new thread (the usual case) costs one write, not a search of the records and
+        # of the saver's threads.
+        if body.if_not_exists == "create" and registry.create_thread(made) is not None:
             return True
         record = self.s.find_thread(thread_id, identity)
         if record is None:
             if body.if_not_exists != "create":
                 raise refuse(404, f"thread {thread_id!r} not found")
-            created = registry.create_thread(ThreadRecord(thread_id, identity, {"graph_id": graph_id}))
-            if created is None:  # someone else's, or made meanwhile: not this caller's to run on
-                raise refuse(409, f"thread {thread_id!r} already exists")
-            return True
+            raise refuse(409, f"thread {thread_id!r} already exists")  # someone else's: not this caller's to run on
         if record.metadata.get("graph_id") != graph_id:
             registry.update_thread(thread_id, {"graph_id": graph_id})
         return False
