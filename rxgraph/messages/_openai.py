@@ -328,8 +328,9 @@ def _content(entry: Mapping[str, Any], role: str) -> Any:
     return tuple(parts)
 
 
-class PartFormatError(Exception):
-    """A content part that is not one rxgraph keeps, or is malformed (the caller says where it is)."""
+class PartFormatError(MessageFormatError):
+    """A content part that is not one rxgraph keeps, or is malformed; the caller raises a ``MessageFormatError``
+    that says where it is."""
 
 
 def parse_part(part: Mapping[str, Any]) -> Any:
