@@ -27,6 +27,8 @@ FOREIGN_PRIVATE_NAMES = {
     ("rxgraph.rx._subscribe", "_subscribe_core"): "reactivex's subscribe hook (tests/rx/test_reactivex_contract.py)",
     ("rxgraph.rx._awaitable", "_loop"): "the loop of reactivex's AsyncIO schedulers (test_reactivex_contract.py)",
     ("rxgraph.graph._transition", "_replace"): "a NamedTuple's documented copy-with-changes method (Position)",
+    ("rxgraph.tools.langchain", "_arun"): "how LangChain's own arun tells a tool's async code from its default's "
+    "(tests/agent/test_langchain_tools.py: a BaseTool subclass's own _arun is awaited)",
 }
 # A module may use another module's private names only where that module says so, and why.
 FRIENDS = {

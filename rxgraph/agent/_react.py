@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +61,10 @@ class ReactAgent:
     The graph (``agent.graph``) has two nodes: ``model`` streams the model's ``ChatChunk``s to the subscriber and
     merges them into one ``AssistantMessage``; ``tools`` runs every call of that message and appends exactly one
     ``ToolMessage`` per call — an error message (``is_error=True``) for an unknown tool, arguments that are not JSON
-    or do not match the tool's schema, or a tool that raised (or whose Observable or coroutine failed). The loop
-    ends when the model answers without tool calls. Its ``max_iterations``-th call in one turn offers the model no
-    tools, so it must answer.
+    or do not match the tool's schema, or a tool that raised (or whose Observable or coroutine failed). A tool whose
+    result is a ``ToolMessage`` gives the message its ``content`` and ``is_error`` itself (a LangChain tool's handled
+    ``ToolException``, say); the call's id and the tool's name are the agent's. The loop ends when the model answers
+    without tool calls. Its ``max_iterations``-th call in one turn offers the model no tools, so it must answer.
 
     The calls of one message run concurrently, at most ``max_parallel_tools`` at a time (started in call order).
     Each ``ToolMessage`` reaches the subscriber (as a ``StreamingOutput`` of ``tools``) as soon as its tool has
@@ -99,7 +101,8 @@ class ReactAgent:
 
         Args:
             model: the chat model: anything with ``stream(messages, tools)`` (see ``ChatModel``).
-            tools: ``Tool``s, or typed functions, which are made tools with ``tool``.
+            tools: ``Tool``s; typed functions, which are made tools with ``tool``; LangChain tools (a
+                ``langchain_core`` ``BaseTool``), made tools with ``rxgraph.tools.langchain.from_langchain_tool``.
             checkpointer: where the thread's turns are stored; without one, a turn sees only its own input.
             system_prompt: sent first in every request to the model; never stored in the history.
             max_iterations: model calls per turn; the last one is offered no tools.
@@ -146,7 +149,7 @@ class ReactAgent:
         self.tools: Mapping[str, Tool] = {}
         registry: dict[str, Tool] = {}
         for item in tools:
-            wrapped = item if isinstance(item, Tool) else tool(item)
+            wrapped = _as_tool(item)
             if wrapped.name in registry:
                 raise InvalidArgumentError(
                     f"two tools are named {wrapped.name!r}; tool names must be unique", argument="tools"
@@ -366,6 +369,8 @@ class ReactAgent:
         def to_message(value: Any) -> ToolMessage:
             if value is _NO_RESULT:
                 return error(f"tool {call.name!r} completed without a result")
+            if isinstance(value, ToolMessage):  # a tool that says itself whether it failed (a LangChain tool's answer)
+                return ToolMessage(tool_call_id=call.id, name=call.name, content=value.content, is_error=value.is_error)
             return ToolMessage(tool_call_id=call.id, name=call.name, content=_as_text(value))
 
         def failed(exception: Exception, _: Observable[ToolMessage]) -> Observable[ToolMessage]:
@@ -378,6 +383,19 @@ class ReactAgent:
                 result, name=call.name, call_id=call.id, arguments=call.arguments, parent=parent, approval=approval
             )
         return result.pipe(ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed))
+
+
+def _as_tool(item: Any) -> Tool:
+    """``item`` as a ``Tool``: itself, a LangChain tool converted, or a function made one with ``tool``."""
+    if isinstance(item, Tool):
+        return item
+    # A LangChain tool can only exist once langchain_core is imported: rxgraph never imports it for this check.
+    langchain_tools = sys.modules.get("langchain_core.tools")
+    if langchain_tools is not None and isinstance(item, langchain_tools.BaseTool):
+        from ..tools.langchain import from_langchain_tool
+
+        return from_langchain_tool(item)
+    return tool(item)
 
 
 def _model_name(model: ChatModel) -> str:

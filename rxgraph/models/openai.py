@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
@@ -22,6 +22,7 @@ from ..messages._openai import to_openai
 from ..messages._types import Message, TokenUsage
 from ..otel._active import telemetry
 from ..rx._awaitable import background_loop, loop_of_scheduler
+from ._call import ModelCall
 
 __all__ = ["OpenAIChatModel"]
 
@@ -313,16 +314,13 @@ class OpenAIChatModel:
         return failure
 
 
-class _Call:
-    """One subscription's request: whether it was disposed, the open stream to close, and the observer, which hears
-    nothing once the subscription is disposed."""
+class _Call(ModelCall):
+    """One subscription's request: a ``ModelCall`` with the open stream to close when it is disposed."""
 
-    __slots__ = ("_lock", "_stream", "cancelled", "finished", "observer")
+    __slots__ = ("_lock", "_stream")
 
     def __init__(self, observer: abc.ObserverBase[ChatChunk]) -> None:
-        self.observer = observer
-        self.cancelled = False
-        self.finished = False  # a chunk with the answer's finish_reason came
+        super().__init__(observer)
         self._lock = threading.Lock()
         self._stream: Any = None
 
@@ -344,29 +342,6 @@ class _Call:
     def detach(self) -> None:
         with self._lock:  # after this, cancel() leaves the stream to the reader, which closes it
             self._stream = None
-
-    def emit(self, chunk: ChatChunk) -> bool:
-        if self.cancelled:
-            return False
-        if chunk.finish_reason:
-            self.finished = True
-        self.observer.on_next(chunk)
-        return True
-
-    def end(self, cut: Callable[[], Exception]) -> None:
-        """The stream ended cleanly: complete, if the answer's ``finish_reason`` came; else fail with ``cut()``."""
-        if self.finished:
-            self.complete()
-        else:
-            self.fail(cut())
-
-    def complete(self) -> None:
-        if not self.cancelled:
-            self.observer.on_completed()
-
-    def fail(self, error: Exception) -> None:
-        if not self.cancelled:
-            self.observer.on_error(error)
 
 
 def _abort(stream: Any) -> None:

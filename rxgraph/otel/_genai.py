@@ -19,6 +19,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable
 
+from ..messages._types import ToolMessage
+
 __all__ = ["TracedStream", "message_parts", "traced_chat", "traced_tool"]
 
 
@@ -188,7 +190,9 @@ class _ToolCall(_Call):
 
     def on_next(self, value: Any) -> None:
         if self.capture:
-            self.span.set_attribute("gen_ai.tool.call.result", value if isinstance(value, str) else repr(value))
+            # A tool that answers with its message (a LangChain tool): the message's text.
+            result = value.content if isinstance(value, ToolMessage) else value
+            self.span.set_attribute("gen_ai.tool.call.result", result if isinstance(result, str) else repr(result))
         self.observer.on_next(value)
 
     def on_completed(self) -> None:
