@@ -358,7 +358,7 @@ def test_an_agent_turn_may_bring_messages_as_openai_or_langchain_dicts(
     assert [m["type"] for m in final[1]["messages"]] == ["system", "human", "ai", "tool", "ai"]
     first, second = model.requests[0].messages[:2]
     assert (first.role, first.content) == ("system", "Answer in French.")
-    assert (second.role, second.content) == ("user", "Weather in Paris?")
+    assert (second.role, second.text) == ("user", "Weather in Paris?")  # a text part, kept as a part
 
 
 def test_reject_answers_409_while_a_run_is_busy_and_the_running_run_goes_on(
