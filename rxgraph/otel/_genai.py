@@ -202,20 +202,54 @@ class _ToolCall(_Call):
 
 
 def message_parts(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """rxgraph messages in the conventions' ``gen_ai.input.messages`` form: a role and its parts each."""
+    """rxgraph messages in the conventions' ``gen_ai.input.messages`` form: a role and its parts each (text, tool
+    calls and their responses, images and audio as ``uri`` or ``blob`` parts, files as ``file`` or ``blob``)."""
     result: list[dict[str, Any]] = []
     for message in messages:
         role = getattr(message, "role", "user")
         parts: list[dict[str, Any]] = []
-        content = getattr(message, "content", "")
         if role == "tool":
-            parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": content})
-        elif content:
-            parts.append({"type": "text", "content": content if isinstance(content, str) else str(content)})
+            parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": message.text})
+        else:
+            content = getattr(message, "content", None)
+            if isinstance(content, str):
+                if content:
+                    parts.append({"type": "text", "content": content})
+            elif content:
+                parts.extend(_part(part) for part in content)
         for call in getattr(message, "tool_calls", ()) or ():
             parts.append({"type": "tool_call", "id": call.id, "name": call.name, "arguments": _json(call.arguments)})
         result.append({"role": role, "parts": parts})
     return result
+
+
+def _part(part: Any) -> dict[str, Any]:
+    """One content part as the conventions name it."""
+    kind = getattr(part, "type", None)
+    if kind == "text":
+        return {"type": "text", "content": part.text}
+    if kind == "refusal":
+        return {"type": "text", "content": part.refusal}
+    if kind == "image":
+        return _located(part.url, "image")
+    if kind == "audio":
+        mime = "audio/wav" if part.format == "wav" else "audio/mpeg"
+        return {"type": "blob", "modality": "audio", "mime_type": mime, "content": part.data}
+    if kind == "file":
+        if part.file_data is not None:
+            if part.file_data.startswith("data:"):
+                return _located(part.file_data, "file")
+            return {"type": "blob", "modality": "file", "mime_type": None, "content": part.file_data}
+        return {"type": "file", "modality": "file", "file_id": part.file_id}
+    return {"type": str(kind)}
+
+
+def _located(url: str, modality: str) -> dict[str, Any]:
+    """A part given by URL: a ``data:`` URL is the bytes themselves (a ``blob``), any other a ``uri``."""
+    if url.startswith("data:") and ";base64," in url:
+        mime, _, data = url[len("data:") :].partition(";base64,")
+        return {"type": "blob", "modality": modality, "mime_type": mime or None, "content": data}
+    return {"type": "uri", "modality": modality, "uri": url}
 
 
 def _json(text: str) -> Any:
