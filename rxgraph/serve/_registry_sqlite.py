@@ -17,13 +17,15 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..checkpoint._schema import FORMAT, check_not_newer, migrate
 from ..errors import IncompatibleDatabaseError, InvalidArgumentError, SaverClosedError, SaverTimeoutError
 from ._registry import Registry, RunRecord, RunStatus, ThreadRecord, now
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SqliteRegistry"]
+
+_R = TypeVar("_R")
 
 SCHEMA_VERSION = 1
 """The version of the records' tables this code writes (in ``rxgraph_server_meta``, apart from the saver's own)."""
@@ -80,6 +82,10 @@ class SqliteRegistry(Registry):
     ``SaverClosedError``.
     """
 
+    lanes = 8
+    """Calls made at once: the writes of concurrent calls are committed together (one transaction, the file's
+    write lock taken once), so several lanes share the cost of each commit rather than queue for one each."""
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         """Open the file and check (when missing, create) the records' tables.
 
@@ -110,6 +116,8 @@ class SqliteRegistry(Registry):
             raise
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
+        self._queued: list[_Write] = []  # writes waiting for the next commit, under _queue_lock
+        self._queue_lock = threading.Lock()
 
     @property
     def path(self) -> str:
@@ -130,13 +138,16 @@ class SqliteRegistry(Registry):
 
     def create_thread(self, record: ThreadRecord) -> ThreadRecord | None:
         row = _thread_row(record)
-        with self._connection() as conn:
+
+        def create(conn: sqlite3.Connection) -> ThreadRecord | None:
             cursor = conn.execute(
                 f"INSERT INTO rxgraph_server_threads ({_THREAD}) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (thread_id) DO NOTHING",
                 row,
             )
             return record if cursor.rowcount == 1 else None
+
+        return self._write(create)
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._connection() as conn:
@@ -184,8 +195,7 @@ class SqliteRegistry(Registry):
 
     def put_run(self, record: RunRecord) -> None:
         row = _run_row(record)
-        with self._connection() as conn:
-            conn.execute(_PUT_RUN, row)
+        self._write(lambda conn: conn.execute(_PUT_RUN, row))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._connection() as conn:
@@ -202,18 +212,54 @@ class SqliteRegistry(Registry):
 
     def set_status(self, run_id: str, status: RunStatus) -> RunRecord | None:
         # One statement: a run deleted meanwhile stays deleted (a read, then a put, would bring it back).
-        with self._connection() as conn:
-            row = conn.execute(
+        rows = self._write(
+            lambda conn: conn.execute(
                 f"UPDATE rxgraph_server_runs SET status = ?, updated_at = ? WHERE run_id = ? RETURNING {_RUN}",
                 (status, _stamp(now()), run_id),
-            ).fetchone()
-        return None if row is None else _run(row)
+            ).fetchall()
+        )
+        return _run(rows[0]) if rows else None
 
     def delete_run(self, run_id: str) -> bool:
-        with self._connection() as conn:
-            return conn.execute("DELETE FROM rxgraph_server_runs WHERE run_id = ?", (run_id,)).rowcount > 0
+        return bool(
+            self._write(
+                lambda conn: conn.execute("DELETE FROM rxgraph_server_runs WHERE run_id = ?", (run_id,)).rowcount > 0
+            )
+        )
 
     # -- plumbing ----------------------------------------------------------------------------------------------
+
+    def _write(self, statement: Callable[[sqlite3.Connection], _R]) -> _R:
+        """Run ``statement`` (one write) and commit it: queued, then committed in one transaction with the writes
+        other threads queued meanwhile. The first caller to hold the connection commits every write queued then;
+        a write that fails is rolled back alone (a savepoint of its own) and raises in its caller's thread."""
+        write = _Write(statement)
+        with self._queue_lock:
+            self._queued.append(write)
+        try:
+            with self._connection() as conn:
+                if not write.done:  # not committed by an earlier caller: this one commits what is queued
+                    with self._queue_lock:
+                        batch, self._queued = self._queued, []
+                    try:
+                        with self._writing(conn):
+                            for queued in batch:
+                                queued.run(conn)
+                    except BaseException as error:  # the transaction failed (the file stayed locked): none was made
+                        failure: BaseException = error
+                        if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
+                            failure = self._timed_out(error)
+                        for queued in batch:
+                            queued.failed(failure)
+                    finally:
+                        for queued in batch:
+                            queued.done = True
+        except BaseException:  # the connection was not had (closed, or held too long): the write is not made
+            with self._queue_lock:
+                if write in self._queued:
+                    self._queued.remove(write)
+            raise
+        return cast(_R, write.result())
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -322,6 +368,37 @@ class SqliteRegistry(Registry):
             raise IncompatibleDatabaseError(
                 f"{self._path}: rxgraph_server_meta has no valid schema_version ({row!r})", path=self._path
             ) from None
+
+
+class _Write:
+    """One write of a group commit: its statement, then its result or the error it raised."""
+
+    __slots__ = ("_error", "_statement", "_value", "done")
+
+    def __init__(self, statement: Callable[[sqlite3.Connection], Any]) -> None:
+        self._statement = statement
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.done = False
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """Within the batch's transaction, in a savepoint of its own: a failure undoes this write only."""
+        conn.execute("SAVEPOINT write")
+        try:
+            self._value = self._statement(conn)
+        except BaseException as error:
+            conn.execute("ROLLBACK TO write")
+            self._error = error
+        finally:
+            conn.execute("RELEASE write")
+
+    def failed(self, error: BaseException) -> None:
+        self._error = error
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:

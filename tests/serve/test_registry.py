@@ -506,3 +506,37 @@ def test_the_server_makes_at_most_lanes_registry_calls_at_once(registry: Registr
         return list(await asyncio.gather(manager.records(meet), manager.records(meet)))
 
     assert asyncio.run(both()) == [together, together]
+
+
+def test_concurrent_writes_are_committed_together_each_kept_or_refused_alone(tmp_path: Path) -> None:
+    """Eight threads write at once (the server's lanes); their writes share commits. One write that fails (a run
+    without a thread) raises in its own thread and is undone alone: every other write is there, the failed one not."""
+    SqliteSaver(tmp_path / "w.db").close()
+    registry = SqliteRegistry(tmp_path / "w.db")
+    start = threading.Barrier(8)
+    failures: dict[int, BaseException] = {}
+
+    def writer(lane: int) -> None:
+        start.wait(10)
+        for i in range(25):
+            record = run(f"r{lane}-{i}", thread_id=f"t{lane}")
+            if (lane, i) == (3, 7):
+                record = replace(record, thread_id=None)  # type: ignore[arg-type]  # NOT NULL: this write fails
+            try:
+                registry.put_run(record)
+                registry.set_status(record.run_id, "running")
+            except sqlite3.IntegrityError as error:
+                failures[lane] = error
+
+    try:
+        threads = [threading.Thread(target=writer, args=(lane,)) for lane in range(8)]
+        for each in threads:
+            each.start()
+        for each in threads:
+            each.join(30)
+        assert list(failures) == [3]
+        stored = {r.run_id: r.status for t in range(8) for r in registry.runs(f"t{t}")}
+        assert len(stored) == 8 * 25 - 1 and "r3-7" not in stored
+        assert set(stored.values()) == {"running"}
+    finally:
+        registry.close()
