@@ -76,8 +76,9 @@ class SqliteRegistry(Registry):
     """The server's records in an rxgraph checkpoint file (one a ``SqliteSaver`` has opened), on a connection of
     their own: several registries, savers and processes may share the file.
 
-    Threads share the connection under a lock; each call is one statement or one ``BEGIN IMMEDIATE`` transaction
-    (``update_thread``, ``delete_thread``). A call that waits ``timeout`` seconds for another writer of the file
+    Threads share the connection under a lock. A write (a record created, put, its status set, deleted) is committed
+    with the writes other threads made meanwhile, in one transaction, each undone alone if it fails; ``update_thread``
+    and ``delete_thread`` are one ``BEGIN IMMEDIATE`` transaction each. A call that waits ``timeout`` seconds for another writer of the file
     (twice that for another thread of this process) raises ``SaverTimeoutError``; after ``close``,
     ``SaverClosedError``.
     """
