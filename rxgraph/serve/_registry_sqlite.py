@@ -78,9 +78,9 @@ class SqliteRegistry(Registry):
 
     Threads share the connection under a lock. A write (a record created, put, its status set, deleted) is committed
     with the writes other threads made meanwhile, in one transaction, each undone alone if it fails; ``update_thread``
-    and ``delete_thread`` are one ``BEGIN IMMEDIATE`` transaction each. A call that waits ``timeout`` seconds for another writer of the file
-    (twice that for another thread of this process) raises ``SaverTimeoutError``; after ``close``,
-    ``SaverClosedError``.
+    and ``delete_thread`` are one ``BEGIN IMMEDIATE`` transaction each. A call that waits ``timeout`` seconds for
+    another writer of the file (twice that for another thread of this process) raises ``SaverTimeoutError``; after
+    ``close``, ``SaverClosedError``.
     """
 
     lanes = 8
