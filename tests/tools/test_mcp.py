@@ -247,9 +247,10 @@ def test_async_with_keeps_the_session_on_the_callers_loop_for_an_async_turn() ->
 
 def test_an_opening_cancelled_while_the_server_starts_stops_it(report_socket: tuple[str, socket.socket]) -> None:
     path, listening = report_socket
-    # A server that says it started, then never answers: the opening waits for its first answer.
-    hangs = f"import os, socket; s = socket.socket(socket.AF_UNIX); s.connect({path!r}); "
-    hangs += "s.sendall(str(os.getpid()).encode() + b'\\n'); input()"
+    # A server that says it started, then reads every request and never answers: the opening waits for its first
+    # answer. (It reads until its stdin closes: a server that stopped after one line would be gone before the check.)
+    hangs = f"import os, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect({path!r}); "
+    hangs += "s.sendall(str(os.getpid()).encode() + b'\\n'); sys.stdin.read()"
 
     async def main() -> int:
         opening = asyncio.ensure_future(MCPToolset.stdio([sys.executable, "-c", hangs]).__aenter__())
