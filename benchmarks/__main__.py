@@ -2,8 +2,13 @@
 
 Options: ``--quick`` for a short run (well under a minute), ``--only NAME`` (repeatable) to pick benchmarks,
 ``--output PATH`` to write the results elsewhere (a quick or partial run goes to ``results-partial.json``, so
-that it never replaces the record of a full run). LangGraph's halves run when ``langgraph`` is installed (the
-``bench`` extra); otherwise the table says "not installed" in its column.
+that it never replaces the record of a full run), ``--compare PATH`` to compare with another results file than the
+record. LangGraph's halves run when ``langgraph`` is installed (the ``bench`` extra); otherwise the table says "not
+installed" in its column.
+
+When the run finishes, its figures are compared with the same figures in the previous results file (``_compare``):
+every figure worse by more than 20% is listed with both values, beside its floor's change, and the comparison is
+recorded in the written results (``comparison``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from . import BENCHMARKS
 from ._common import FULL, QUICK, BenchResult, Figure, Sizes, langgraph_installed
+from ._compare import compare, load
 
 _ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = _ROOT / "benchmarks" / "results.json"
@@ -90,10 +96,18 @@ def _git_state() -> dict[str, Any]:
 
 
 def run_benchmarks(
-    names: Sequence[str], sizes: Sizes, *, langgraph: bool, output: Path | None, echo: bool = True
+    names: Sequence[str],
+    sizes: Sizes,
+    *,
+    langgraph: bool,
+    output: Path | None,
+    echo: bool = True,
+    compare_with: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the named benchmarks, print each one's table as it finishes (``echo``), write the JSON (``output``), and
+    """Run the named benchmarks, print each one's table as it finishes (``echo``), compare the figures with the
+    results file ``compare_with`` (read before the run: it may be ``output``), write the JSON (``output``), and
     return the JSON document."""
+    previous, problem = load(compare_with) if compare_with is not None else (None, None)
     started = time.perf_counter()
     results: list[BenchResult] = []
     info = machine()
@@ -116,8 +130,13 @@ def run_benchmarks(
         "total_seconds": round(total, 1),
         "benchmarks": {result.name: result.to_json() for result in results},
     }
+    if compare_with is not None:
+        comparison = compare(document, previous, path=_shown(compare_with), problem=problem)
+        document["comparison"] = comparison.to_json()
     if echo:
         print(format_targets(results))
+        if compare_with is not None:
+            print(comparison.format())
         print(f"\nTotal: {total:.1f} s", flush=True)
     if output is not None:
         temporary = output.with_name(output.name + ".tmp")
@@ -126,6 +145,14 @@ def run_benchmarks(
         if echo:
             print(f"Results written to {output}")
     return document
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is in it (as the results record it), else as given."""
+    try:
+        return path.resolve().relative_to(_ROOT).as_posix()
+    except ValueError:
+        return str(path)
 
 
 # -- the table ---------------------------------------------------------------------------------------------------
@@ -158,28 +185,30 @@ def _number(value: float) -> str:
     return f"{value:.4f}"
 
 
-def _cells(figure: Figure) -> tuple[str, str, str, str, str, str]:
+def _cells(figure: Figure) -> list[str]:
     rx = _number(figure.rxgraph) if figure.rxgraph is not None else "-"
     lg = _number(figure.langgraph) if figure.langgraph is not None else (figure.langgraph_note or "-")
     ratio = _number(figure.ratio) if figure.ratio is not None else ""
-    return figure.measure, figure.unit, rx, lg, ratio, figure.note
+    floor = _number(figure.floor) if figure.floor is not None else ""
+    floors = _number(figure.floor_ratio) if figure.floor_ratio is not None else ""
+    return [figure.measure, figure.unit, rx, lg, ratio, floor, floors, figure.note]
 
 
 def format_result(result: BenchResult) -> str:
-    """One benchmark's figures as a table: rxgraph, LangGraph, and their ratio (rxgraph / LangGraph)."""
-    header = ("measure", "unit", "rxgraph", "LangGraph", "rx/LG", "")
+    """One benchmark's figures as a table: rxgraph, LangGraph, their ratio (rxgraph / LangGraph) and, for a benchmark
+    with a floor, the floor and rxgraph's figure in floors (rxgraph / floor)."""
+    header = ["measure", "unit", "rxgraph", "LangGraph", "rx/LG", "floor", "rx/floor", ""]
     rows = [header, *(_cells(f) for f in result.figures)]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    if not any(f.floor is not None for f in result.figures):
+        rows = [row[:5] + row[7:] for row in rows]
+    columns = range(len(rows[0]) - 1)  # the last cell, the note, is not aligned
+    widths = [max(len(row[i]) for row in rows) for i in columns]
     lines = [f"\n== {result.name}: {result.description} ({result.seconds:.1f} s)"]
     for row in rows:
-        cells = [
-            row[0].ljust(widths[0]),
-            row[1].ljust(widths[1]),
-            row[2].rjust(widths[2]),
-            row[3].rjust(widths[3]),
-            row[4].rjust(widths[4]),
-        ]
-        lines.append(("  " + "  ".join(cells) + ("  " + row[5] if row[5] else "")).rstrip())
+        cells = [row[i].ljust(widths[i]) if i < 2 else row[i].rjust(widths[i]) for i in columns]
+        lines.append(("  " + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
+    if result.floor:
+        lines.append(f"  floor: {result.floor}")
     lines.extend(f"  note: {note}" for note in result.notes)
     return "\n".join(lines)
 
@@ -213,12 +242,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"where to write the JSON results (default: {DEFAULT_OUTPUT.name} for a full run of every benchmark, "
         f"{PARTIAL_OUTPUT.name} otherwise)",
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        metavar="PATH",
+        help=f"the results file to compare this run's figures with (default: {DEFAULT_OUTPUT.name}, the record)",
+    )
     args = parser.parse_args(argv)
     names = [name for name in BENCHMARKS if args.only is None or name in args.only]
     output = args.output
     if output is None:
         output = PARTIAL_OUTPUT if args.quick or args.only else DEFAULT_OUTPUT
-    run_benchmarks(names, QUICK if args.quick else FULL, langgraph=langgraph_installed(), output=output)
+    sizes = QUICK if args.quick else FULL
+    run_benchmarks(names, sizes, langgraph=langgraph_installed(), output=output, compare_with=args.compare)
     return 0
 
 

@@ -285,10 +285,12 @@ def sqlite_size(path: str) -> FileSize:
 
 @dataclass
 class Figure:
-    """One measured quantity, for rxgraph and (where it exists) LangGraph.
+    """One measured quantity, for rxgraph, (where it exists) LangGraph, and (where the benchmark has one) its floor.
 
     ``langgraph`` is None when there is no LangGraph figure; ``langgraph_note`` then says why ("not installed",
-    "no rewind"...). ``lower_is_better`` is False for rates.
+    "no rewind"...). ``floor`` is the same quantity for the least that the same work can cost, measured in the same
+    run (the benchmark's ``floor`` says what it is); None where the benchmark has no floor for this figure.
+    ``lower_is_better`` is False for rates.
     """
 
     measure: str
@@ -298,18 +300,29 @@ class Figure:
     langgraph_note: str = ""
     note: str = ""
     lower_is_better: bool = True
+    floor: float | None = None
 
     @property
     def ratio(self) -> float | None:
         """rxgraph / LangGraph."""
-        if self.rxgraph is None or self.langgraph is None or self.langgraph == 0:
-            return None
-        return self.rxgraph / self.langgraph
+        return _ratio(self.rxgraph, self.langgraph)
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """rxgraph / the floor: how many floors rxgraph's figure is (below 1 for a rate under the floor's)."""
+        return _ratio(self.rxgraph, self.floor)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["ratio"] = self.ratio
+        data["floor_ratio"] = self.floor_ratio
         return data
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
 
 
 @dataclass
@@ -330,10 +343,14 @@ class Target:
 
 @dataclass
 class BenchResult:
-    """What one benchmark reports: its figures, the targets it checks, notes, and every raw sample (seconds)."""
+    """What one benchmark reports: its figures, the targets it checks, notes, and every raw sample (seconds).
+
+    ``floor`` says what the figures' ``floor`` values measure (empty: this benchmark has no floor).
+    """
 
     name: str
     description: str
+    floor: str = ""
     figures: list[Figure] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -350,6 +367,7 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "description": self.description,
+            "floor": self.floor,
             "figures": [f.to_json() for f in self.figures],
             "targets": [t.to_json() for t in self.targets],
             "notes": self.notes,

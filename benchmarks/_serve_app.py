@@ -8,9 +8,15 @@
   ``AsyncSqliteSaver``) behind an equivalent Starlette SSE endpoint, on uvicorn: ``POST /threads/{id}/runs/stream``
   with ``{"input": TEXT}``, a ``chunk`` event per streamed message chunk, then ``end`` (or ``error``, with the
   exception's type and message, for a turn that failed).
+- ``bare``: the floor, a Starlette SSE endpoint on uvicorn that only forwards the model's streams, with no graph and
+  no storage: the same route and body as ``langgraph``'s; it streams the user's message to the model with the
+  tool's schema (the async ``openai`` client, ``max_retries=0``), forwarding each model chunk as a ``chunk`` event,
+  calls the tool with the streamed call's arguments and sends its text as a ``chunk`` event, streams the second
+  request (the user's message, the assistant's tool call, the tool's answer) the same way, then sends ``end`` with
+  the answer's text (or ``error``, as ``langgraph``'s). The SSE text is written by hand on a ``StreamingResponse``.
 
-Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The two app
-servers also answer ``GET /_stall?start=1``, which starts a 2 ms timer on their event loop, and ``GET /_stall``,
+Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The three
+app servers also answer ``GET /_stall?start=1``, which starts a 2 ms timer on their event loop, and ``GET /_stall``,
 which stops it and answers its longest delay (and 99th percentile) since the start — how long the loop was kept from
 serving anything else — so that a server idle between its rounds spends nothing on being watched.
 
@@ -29,7 +35,7 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -37,6 +43,15 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 TOOL_ARGUMENTS = '{"city": "Paris"}'
+TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+"""The tool as the bare endpoint declares it to the model (the agents declare it from ``weather``'s signature)."""
 KEEP_ALIVE = 120
 """Seconds the servers keep an idle keep-alive connection open (uvicorn's default is 5 s).
 
@@ -282,6 +297,74 @@ def _langgraph_app(model_url: str, db: str) -> ASGIApp:
     return Starlette(routes=[Route("/threads/{thread_id}/runs/stream", stream, methods=["POST"])], lifespan=lifespan)
 
 
+def _call_message(call: dict[str, str]) -> dict[str, Any]:
+    """A streamed tool call (its pieces joined) as the assistant message's ``tool_calls`` entry."""
+    function = {"name": call["name"], "arguments": call["arguments"]}
+    return {"id": call["id"], "type": "function", "function": function}
+
+
+def _bare_app(model_url: str) -> ASGIApp:
+    import openai
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    client = openai.AsyncOpenAI(base_url=model_url, api_key="bench", max_retries=0)
+
+    def event(name: str, data: dict[str, Any]) -> str:
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+    async def forward(
+        messages: list[dict[str, Any]], calls: dict[int, dict[str, str]], text: list[str]
+    ) -> AsyncIterator[str]:
+        """One streamed model request: each chunk forwarded as an event, its tool-call pieces gathered in ``calls``
+        (by index) and its text in ``text``."""
+        stream = await client.chat.completions.create(
+            model="bench-model", messages=cast(Any, messages), tools=cast(Any, [TOOL_SCHEMA]), stream=True
+        )
+        async for chunk in stream:
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            for piece in delta.tool_calls or ():
+                call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] += piece.id or ""
+                if piece.function is not None:
+                    call["name"] += piece.function.name or ""
+                    call["arguments"] += piece.function.arguments or ""
+            text.append(delta.content or "")
+            yield event("chunk", {"content": delta.content or ""})
+
+    async def stream(request: Request) -> StreamingResponse:
+        body = await request.json()
+
+        async def events() -> AsyncIterator[str]:
+            messages: list[dict[str, Any]] = [{"role": "user", "content": body["input"]}]
+            try:
+                calls: dict[int, dict[str, str]] = {}
+                async for sent in forward(messages, calls, []):
+                    yield sent
+                if not calls:
+                    raise RuntimeError("the model's first answer called no tool")
+                messages.append({"role": "assistant", "tool_calls": [_call_message(c) for c in calls.values()]})
+                for call in calls.values():
+                    answer = weather(**json.loads(call["arguments"]))
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer})
+                    yield event("chunk", {"content": answer})
+                pieces: list[str] = []
+                async for sent in forward(messages, {}, pieces):
+                    yield sent
+            except Exception as error:  # the turn failed: its client is told why, as the other sides tell theirs
+                yield event("error", {"error": type(error).__name__, "message": str(error)})
+                return
+            yield event("end", {"answer": "".join(pieces)})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/threads/{thread_id}/runs/stream", stream, methods=["POST"])])
+
+
 def _serve(app: ASGIApp) -> None:
     import uvicorn
 
@@ -299,7 +382,7 @@ def _serve(app: ASGIApp) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["model", "rxgraph", "langgraph"])
+    parser.add_argument("role", choices=["model", "rxgraph", "langgraph", "bare"])
     parser.add_argument("--model-url", default="")
     parser.add_argument("--db", default="")
     args = parser.parse_args()
@@ -310,7 +393,12 @@ def main() -> None:
             print(f"port {server.port}", flush=True)
             sys.stdin.read()
         return
-    _serve(_rxgraph_app(args.model_url, args.db) if args.role == "rxgraph" else _langgraph_app(args.model_url, args.db))
+    if args.role == "bare":
+        _serve(_bare_app(args.model_url))
+    elif args.role == "rxgraph":
+        _serve(_rxgraph_app(args.model_url, args.db))
+    else:
+        _serve(_langgraph_app(args.model_url, args.db))
 
 
 if __name__ == "__main__":

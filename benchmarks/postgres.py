@@ -12,6 +12,12 @@ rxgraph's ``PostgresSaver`` against LangGraph's own (``langgraph-checkpoint-post
   time, through one saver (and one pool of 8 connections) per system: checkpoints written per second over the wall
   time (rxgraph counts its puts; LangGraph's are counted as rows in its ``checkpoints`` table).
 
+The floor is one round trip: a trivial ``SELECT 1`` on a connection of the same type as the savers' (psycopg 3, in
+autocommit mode, taken from a ``psycopg_pool.ConnectionPool`` and given back), timed as a third side alternating
+with the two systems' turns, turn by turn, and its figure at turn N taken from the same window. The per-turn figures
+are given in round trips beside it (rxgraph / floor): a turn reads and writes the thread's checkpoint, so it costs a
+few round trips at least.
+
 LangGraph runs with its default durability (``"async"``: a checkpoint is written in the background while the next
 step runs); rxgraph writes each checkpoint before the next step. The server is ``$RXGRAPH_BENCH_POSTGRES`` (or
 ``$RXGRAPH_TEST_POSTGRES``), a database its user may create schemas in; without either, a throwaway cluster is started
@@ -144,6 +150,23 @@ class _LangGraph:
         return int(row["n"]) if row else 0
 
 
+class _RoundTrip:
+    """The floor: one ``SELECT 1`` round trip on a pooled psycopg connection in autocommit mode, as the savers'."""
+
+    def __init__(self, url: str, stack: ExitStack) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.pool: Any = ConnectionPool(url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True)
+        stack.callback(self.pool.close)
+
+    def trial(self) -> float:
+        def select() -> None:
+            with self.pool.connection() as conn:
+                conn.execute("SELECT 1").fetchone()
+
+        return timed(select)
+
+
 _SIDES: dict[str, Callable[[str, str, ExitStack], Any]] = {"rxgraph": _Rxgraph, "langgraph": _LangGraph}
 
 
@@ -197,7 +220,11 @@ def _writers(side: Any, writers: int, turns: int, label: str) -> tuple[float, in
 
 def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     turns = sizes.postgres_turns
-    result = BenchResult(NAME, f"a chat of {turns} turns on PostgreSQL, and checkpoint writes with 8 writers")
+    result = BenchResult(
+        NAME,
+        f"a chat of {turns} turns on PostgreSQL, and checkpoint writes with 8 writers",
+        floor="one round trip: SELECT 1 on a pooled psycopg connection in autocommit mode, alternating with the turns",
+    )
     try:
         import psycopg  # noqa: F401
     except ImportError:
@@ -224,21 +251,31 @@ def _measure(result: BenchResult, url: str, sizes: Sizes, langgraph: bool) -> No
             warm_sides = {name: _SIDES[name](url, warm_schemas[name], stack) for name in names}
             counters = {name: itertools.count(1) for name in names}
             warm = {name: _trial(warm_sides[name], "warmup", counters[name]) for name in names}
+            warm["round trip"] = _RoundTrip(url, stack).trial
             interleave(warm, sizes.warmup * 5, collect=sizes.collect)
         with ExitStack() as stack:
             sides = {name: _SIDES[name](url, schemas[name], stack) for name in names}
             counters = {name: itertools.count(1) for name in names}
             trials = {name: _trial(sides[name], "chat", counters[name]) for name in names}
+            trials["round trip"] = _RoundTrip(url, stack).trial
             series = interleave(trials, turns, collect=sizes.collect, collect_every=10)
             stored = {name: _schema_bytes(url, schemas[name]) for name in names}
             result.samples["turns"] = series
             marks = [m for m in sizes.history_marks if m <= turns]
             first, last = marks[0], marks[-1]
-            at = {name: {m: median_window(series[name], m, sizes.window) for m in (first, last)} for name in names}
+            at = {
+                name: {m: median_window(series[name], m, sizes.window) for m in (first, last)}
+                for name in [*names, "round trip"]
+            }
             for mark in (first, last):
                 result.figures.append(
                     Figure(
-                        f"turn {mark}", "ms", ms(at["rxgraph"][mark]), _get(at, "langgraph", mark), langgraph_note=note
+                        f"turn {mark}",
+                        "ms",
+                        ms(at["rxgraph"][mark]),
+                        _get(at, "langgraph", mark),
+                        langgraph_note=note,
+                        floor=ms(at["round trip"][mark]),
                     )
                 )
             growth = {name: at[name][last] / at[name][first] for name in names}

@@ -1,8 +1,9 @@
-"""serve: concurrent streaming turns through a real HTTP server, rxgraph's and LangGraph's.
+"""serve: concurrent streaming turns through a real HTTP server: rxgraph's, LangGraph's, and a bare endpoint's.
 
 Three processes per side (see ``_serve_app.py``): a local OpenAI-compatible model server, the app server on uvicorn,
 and this one as the client. Each turn is a ReAct turn with one tool call: the model streams a tool call, the tool
-answers, the model streams a four-piece answer — two model requests over HTTP, four messages stored on SQLite.
+answers, the model streams a four-piece answer — two model requests over HTTP, four messages stored on SQLite (none
+by the bare endpoint).
 
 - rxgraph: ``rxgraph.serve.create_app`` for a ``ReactAgent`` on ``OpenAIChatModel`` (the async ``openai`` client)
   and ``SqliteSaver``, spoken to as LangGraph's server API is by a chat client: ``POST /threads/{id}/runs/stream``
@@ -13,35 +14,45 @@ answers, the model streams a four-piece answer — two model requests over HTTP,
 - LangGraph: its prebuilt ReAct agent (``create_react_agent``) on ``ChatOpenAI`` and ``AsyncSqliteSaver``, streamed
   with ``astream(stream_mode="messages")`` behind an equivalent Starlette SSE endpoint (a ``chunk`` event per
   streamed message chunk, then ``end``). It streams no ``values``: rxgraph's side sends more per turn.
+- bare endpoint, the floor: what the same turn costs at least when served over SSE. A Starlette SSE endpoint on
+  uvicorn that only forwards the model's streams (the same model server, the same async ``openai`` client): it
+  streams the first request (the model's tool call), answers the call with the tool's text itself (no graph, no
+  agent), streams the second request (the answer), a ``chunk`` event per model chunk and one for the tool's text,
+  then ``end`` with the answer's text. Nothing is stored. Its figures are the ``floor`` of the table, and rxgraph's
+  in floors (rxgraph / bare) beside them: the server CPU per turn and turns per second first among them.
 
-Both sides' processes run for the whole benchmark and their rounds alternate, the order reversed every round
-(rxgraph, LangGraph, LangGraph, rxgraph...), so that the machine's drift hits both alike; an idle side's servers do
-nothing meanwhile (its loop monitor is stopped). Each side first plays a warm-up round of a few turns. In a round the
-client (``httpx`` on one asyncio loop, with a connection for every turn) starts ``serve_turns`` (200) turns at once,
-each on a conversation thread of its own (so each is its thread's first turn), and reads each stream to its end.
-Over its ``serve_rounds`` rounds a side reports:
+Every side's processes run for the whole benchmark and their rounds alternate, the order rotated every round
+(rxgraph, bare, LangGraph; bare, LangGraph, rxgraph; LangGraph, rxgraph, bare...), so that no side is always first
+and the machine's drift hits all alike; an idle side's servers do nothing meanwhile (its loop monitor is stopped).
+Each side first plays a warm-up round of a few turns. In a round the client (``httpx`` on one asyncio loop, with a
+connection for every turn) starts ``serve_turns`` (200) turns at once, each on a conversation thread of its own (so
+each is its thread's first turn), and reads each stream to its end. Over its ``serve_rounds`` rounds a side reports:
 
 - the median of turns per second (a round's turns over its wall time);
 - the time to the first model chunk (from sending the request to the first ``messages`` event, rxgraph, or
-  ``chunk`` event, LangGraph), median and 95th percentile over the turns of all its rounds. rxgraph's stream opens
-  with a ``metadata`` event once the run is recorded and started, before the model is called, so its first byte
-  says nothing of the model (the samples keep each round's median time to it: how long a run took to start);
-  before the move to LangGraph's API the first event was the first model chunk, so this is what "time to first
-  byte" measured;
+  ``chunk`` event, LangGraph and bare), median and 95th percentile over the turns of all its rounds. rxgraph's
+  stream opens with a ``metadata`` event once the run is recorded and started, before the model is called, so its
+  first byte says nothing of the model (the samples keep each round's median time to it: how long a run took to
+  start); before the move to LangGraph's API the first event was the first model chunk, so this is what "time to
+  first byte" measured;
 - the app server's CPU time per turn (its process's user + system time over a round, from ``/proc``; Linux only);
 - the longest stall, over its rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it
-  could not serve anything else). That loop is uvicorn's: LangGraph's model client runs on it, rxgraph's on
-  rxgraph's background loop, which is not timed.
+  could not serve anything else). That loop is uvicorn's: LangGraph's and the bare endpoint's model clients run on
+  it, rxgraph's on rxgraph's background loop, which is not timed.
 
 A turn completes when its answer is HTTP 200 and its stream ends with the turn's answer — rxgraph: the last
-``values`` event holds the model's final message, the four pieces joined; LangGraph: an ``end`` event — with no
-``error`` event and no exception in the client; the target counts the turns of the measured rounds that did not.
-Each failed turn is recorded as its client saw it (the status, the body of an answer that is not 200, the last
-events, the ``error`` event's body, the exception) and, on rxgraph's side, as the server saw it (the thread's runs
-and their status, a failed run's error); LangGraph's endpoint sends a run's exception as an ``error`` event. They
-are in the results' samples, and the printed notes count the failed turns by reason (the warm-up's too) and describe
-the first few. The model clients never retry (``max_retries=0``), so a failed model request fails its turn; the
-servers keep idle connections longer than their clients do (``_serve_app.KEEP_ALIVE`` says why).
+``values`` event holds the model's final message, the four pieces joined; LangGraph: an ``end`` event; bare: an
+``end`` event holding the four pieces joined — with no ``error`` event and no exception in the client; the target
+counts the turns of the measured rounds that did not. Each failed turn is recorded as its client saw it (the status,
+the body of an answer that is not 200, the last events, the ``error`` event's body, the exception) and, on rxgraph's
+side, as the server saw it (the thread's runs and their status, a failed run's error); LangGraph's and the bare
+endpoints send a turn's exception as an ``error`` event. They are in the results' samples, and the printed notes
+count the failed turns by reason (the warm-up's too) and describe the first few. The model clients never retry
+(``max_retries=0``), so a failed model request fails its turn; the servers keep idle connections longer than their
+clients do (``_serve_app.KEEP_ALIVE`` says why).
+
+Targets: throughput at least 1.5x LangGraph's, and rxgraph's server CPU per turn at most 1.3x the bare endpoint's
+(goals, reported met or NOT MET); no event-loop stall caused by saver I/O or tools; every turn completes.
 """
 
 from __future__ import annotations
@@ -279,6 +290,29 @@ async def langgraph_turn(client: Any, url: str, thread: str, text: str) -> Turn:
     return turn
 
 
+async def bare_turn(client: Any, url: str, thread: str, text: str) -> Turn:
+    """One turn on the bare endpoint (``_serve_app``), read to its end; never raises."""
+    from ._serve_app import ANSWER
+
+    turn = Turn(thread)
+    started = time.perf_counter()
+    ends: list[str] = []
+
+    def on_event(name: str, data: str) -> None:
+        if name == "chunk" and turn.first_chunk != turn.first_chunk:
+            turn.first_chunk = time.perf_counter() - started
+        elif name == "end":
+            ends.append(data)
+
+    await _stream(client, "POST", f"{url}/threads/{thread}/runs/stream", turn, on_event, json={"input": text})
+    if not ends:
+        turn.missing = "no 'end' event"
+    elif json.loads(ends[-1]).get("answer") != "".join(ANSWER):
+        turn.missing = f"its 'end' event holds {_short(ends[-1], 200)}"
+    turn.completed = turn.missing is None
+    return turn
+
+
 async def explain(client: Any, url: str, turn: Turn) -> None:
     """What rxgraph's server says of a failed turn's thread: its runs, their status, a failed run's error."""
     try:
@@ -375,13 +409,15 @@ def play_round(side: Side, turns: int, label: str) -> Round:
 
 @contextmanager
 def start_side(role: str, workdir: str) -> Iterator[Side]:
-    """A side's model server and app server (``role``: rxgraph or langgraph), for as long as the block runs."""
+    """A side's model server and app server (``role``: rxgraph, langgraph or bare), for as long as the block runs."""
     with ExitStack() as stack:
         model = stack.enter_context(serve_process("model"))
         db = os.path.join(workdir, f"serve-{role}.db")
         app = stack.enter_context(serve_process(role, "--model-url", f"{model.url}/v1", "--db", db))
         if role == "rxgraph":
             yield Side(role, app, rxgraph_turn, explain, model)
+        elif role == "bare":
+            yield Side(role, app, bare_turn, model=model)
         else:
             yield Side(role, app, langgraph_turn, model=model)
 
@@ -397,12 +433,18 @@ def _serve_installed() -> bool:
     return True
 
 
+def rotation(sides: list[Side], index: int) -> list[Side]:
+    """The order of round ``index``: the sides rotated by ``index``, so that each side leads in turn."""
+    shift = index % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
 def measure(sides: list[Side], sizes: Sizes) -> dict[str, tuple[Round, list[Round]]]:
-    """Each side's warm-up round, then ``serve_rounds`` rounds each, alternating (the order reversed every round)."""
+    """Each side's warm-up round, then ``serve_rounds`` rounds each, alternating (the order rotated every round)."""
     warmups = {side.name: play_round(side, max(2, sizes.serve_turns // 20), f"{side.name}-warmup") for side in sides}
     rounds: dict[str, list[Round]] = {side.name: [] for side in sides}
     for index in range(sizes.serve_rounds):
-        for side in sides if index % 2 == 0 else reversed(sides):
+        for side in rotation(sides, index):
             rounds[side.name].append(play_round(side, sizes.serve_turns, f"{side.name}-round{index}"))
     return {name: (warmups[name], rounds[name]) for name in rounds}
 
@@ -422,12 +464,16 @@ def summary(turns: int, rounds: list[Round]) -> dict[str, float]:
 
 def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     turns = sizes.serve_turns
-    result = BenchResult(NAME, f"{turns} concurrent streaming ReAct turns (one tool call) through an HTTP server")
+    result = BenchResult(
+        NAME,
+        f"{turns} concurrent streaming ReAct turns (one tool call) through an HTTP server",
+        floor="a bare endpoint: Starlette SSE on uvicorn forwarding the same model's two streams, no graph, no storage",
+    )
     if not _serve_installed():
         result.notes.append("skipped: the serve and openai extras (and httpx) are not installed")
         return result
     with ExitStack() as stack:
-        sides = [stack.enter_context(start_side("rxgraph", workdir))]
+        sides = [stack.enter_context(start_side("rxgraph", workdir)), stack.enter_context(start_side("bare", workdir))]
         if langgraph:
             sides.append(stack.enter_context(start_side("langgraph", workdir)))
         measured = measure(sides, sizes)
@@ -449,7 +495,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
         ]
     lg = figures.get("langgraph")
     note = "" if langgraph else NOT_INSTALLED
-    rx = figures["rxgraph"]
+    rx, bare = figures["rxgraph"], figures["bare"]
     for measure_name, unit, key, lower in (
         ("turns per second", "turns/s", "turns per second", False),
         ("time to first model chunk, median", "ms", "first chunk median", True),
@@ -459,8 +505,17 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     ):
         if math.isnan(rx[key]):
             continue  # no /proc: no CPU time
+        floor = None if math.isnan(bare[key]) else bare[key]
         result.figures.append(
-            Figure(measure_name, unit, rx[key], lg[key] if lg else None, langgraph_note=note, lower_is_better=lower)
+            Figure(
+                measure_name,
+                unit,
+                rx[key],
+                lg[key] if lg else None,
+                langgraph_note=note,
+                lower_is_better=lower,
+                floor=floor,
+            )
         )
     if lg:
         ratio = rx["turns per second"] / lg["turns per second"]
@@ -471,6 +526,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
                 ratio >= 1.5,
             )
         )
+    result.targets.append(_cpu_target(rx["cpu per turn"], bare["cpu per turn"]))
     result.targets.append(_stall_target(measured["rxgraph"][1]))
     result.targets.append(
         Target(
@@ -505,6 +561,15 @@ def _failure_notes(side: str, warmup: Round, rounds: list[Round]) -> list[str]:
     if len(failed) > _NOTED_TURNS:
         notes.append(f"{side}: {len(failed) - _NOTED_TURNS} more failed turns in the results' samples")
     return notes
+
+
+def _cpu_target(rxgraph: float, bare: float) -> Target:
+    """rxgraph's server CPU per turn at most 1.3x the bare endpoint's (n/a where ``/proc`` gave no CPU time)."""
+    goal = "serve: served turn CPU <= 1.3x the bare endpoint's"
+    if math.isnan(rxgraph) or math.isnan(bare) or bare <= 0:
+        return Target(goal, "no CPU time (no /proc)", None)
+    ratio = rxgraph / bare
+    return Target(goal, f"{rxgraph:.2f} vs {bare:.2f} ms per turn: {ratio:.2f}x", ratio <= 1.3)
 
 
 def _stall_target(rounds: list[Round]) -> Target:

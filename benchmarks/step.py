@@ -11,6 +11,12 @@ divided by the number of nodes. Three ways, each run on a fresh thread:
 rxgraph writes each checkpoint synchronously before the next step runs. LangGraph runs with its default durability
 (``"async"``: a checkpoint is written on a background thread while the next step runs), which favours LangGraph on
 this 2-core machine. Repetitions alternate between the two systems.
+
+The floor (no checkpointer only): the same chain run by a bare Python loop doing the least a graph must do per step,
+and nothing else — call the node's action (the same no-op function) with the state, merge its update into a new
+dict (``{**state, **(update or {})}``), and take the next node from a dict of edges (``next_node[node]``) until it is
+END. No validation, no channels or reducers, no events, no recursion limit, no thread or run context. It alternates
+with the no-checkpointer runs of the other two, and the table gives rxgraph's per-step time in floors.
 """
 
 from __future__ import annotations
@@ -67,6 +73,26 @@ def rxgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Cal
     return trial
 
 
+def bare_chain(nodes: int) -> Callable[[], float]:
+    """The floor: the same chain of no-op actions run by a bare loop; returns one run's seconds per call."""
+    names = [f"n{i}" for i in range(nodes)]
+    actions: dict[str, Callable[[Any], Any]] = dict.fromkeys(names, _noop)
+    next_node = dict(itertools.pairwise([*names, END]))
+
+    def run_chain(state: dict[str, Any]) -> dict[str, Any]:
+        node = names[0]
+        while node != END:
+            update = actions[node](state)
+            state = {**state, **(update or {})}
+            node = next_node[node]
+        return state
+
+    def trial() -> float:
+        return timed(lambda: run_chain({"x": 1}))
+
+    return trial
+
+
 def langgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Callable[[], float]:
     """The same chain in LangGraph; returns one run's seconds per call."""
     import sqlite3
@@ -109,11 +135,17 @@ def langgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> C
 
 def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     nodes = sizes.step_nodes
-    result = BenchResult(NAME, f"per-step time, a chain of {nodes} no-op nodes in one run")
+    result = BenchResult(
+        NAME,
+        f"per-step time, a chain of {nodes} no-op nodes in one run",
+        floor="a bare Python loop over the same no-op actions (call, merge into a new dict, next node from a dict)",
+    )
     per_step: dict[str, dict[str, float]] = {}
     for saver in SAVERS:
         with ExitStack() as stack:
             trials = {"rxgraph": rxgraph_chain(nodes, saver, workdir, stack)}
+            if saver == "none":
+                trials["bare"] = bare_chain(nodes)
             if langgraph:
                 trials["langgraph"] = langgraph_chain(nodes, saver, workdir, stack)
             samples = interleave(trials, sizes.step_repeats, warmup=sizes.warmup, collect=sizes.collect)
@@ -126,6 +158,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
                 us(per_step[saver]["rxgraph"]),
                 us(per_step[saver]["langgraph"]) if langgraph else None,
                 langgraph_note="" if langgraph else NOT_INSTALLED,
+                floor=us(per_step[saver]["bare"]) if "bare" in per_step[saver] else None,
             )
         )
     memory = result.figures[1]
