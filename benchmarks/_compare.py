@@ -126,14 +126,15 @@ class Comparison:
 
     def format(self) -> str:
         """The printed block: the file compared with, how the floors moved, and every flagged figure."""
-        commit = (self.commit or "unknown commit")[:12]
-        lines = [f"\n== compared with {self.path} (rxgraph {commit}, {self.date or 'no date'}, sizes {self.sizes})"]
+        commit = self.commit[:12] if self.commit else "unknown commit"
+        sizes = self.sizes or "unknown"
+        lines = [f"\n== compared with {self.path} (rxgraph {commit}, {self.date or 'no date'}, sizes {sizes})"]
         if self.problem is not None:
             lines.append(f"  nothing compared: {self.problem}")
             return "\n".join(lines)
         if self.sizes != self.new_sizes:
             lines.append(
-                f"  note: this run's sizes ({self.new_sizes}) are not that file's ({self.sizes}): figures that "
+                f"  note: this run's sizes ({self.new_sizes}) are not that file's ({sizes}): figures that "
                 "depend on the sizes differ for that reason too"
             )
         if self.floors:

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,21 @@ def _langgraph_was_not_imported() -> bool:
     return _LANGGRAPH_ALREADY_LOADED or "langgraph" not in sys.modules
 
 
+FLOORS = {
+    "step": {"per step, no checkpointer"},
+    "streaming": {"per chunk", "chunks per second"},
+    "serve": {
+        "turns per second",
+        "time to first model chunk, median",
+        "time to first model chunk, 95th percentile",
+        "app server CPU per turn",
+        "event loop's longest stall",
+    },
+    "postgres": {f"turn {mark}" for mark in TINY.history_marks},
+}
+"""The figures of each benchmark that have a floor measured in the same run (in TINY's sizes)."""
+
+
 @pytest.mark.parametrize("name", list(BENCHMARKS))
 def test_the_rxgraph_half_of_each_benchmark_runs_and_reports_its_figures(name: str, tmp_path: Path) -> None:
     result = BENCHMARKS[name].run(TINY, langgraph=False, workdir=str(tmp_path))
@@ -39,20 +55,47 @@ def test_the_rxgraph_half_of_each_benchmark_runs_and_reports_its_figures(name: s
         assert figure.langgraph is None and figure.langgraph_note, figure
     for target in result.targets:
         assert target.verdict in ("met", "NOT MET", "n/a")
+    with_floor = [figure for figure in result.figures if figure.floor is not None]
+    assert {figure.measure for figure in with_floor} == FLOORS.get(name, set())
+    assert bool(result.floor) == (name in FLOORS), result.floor
+    for figure in with_floor:
+        assert figure.floor is not None and math.isfinite(figure.floor) and figure.floor > 0, figure
+        assert figure.floor_ratio == figure.rxgraph / figure.floor
+    if name == "serve":
+        _check_the_bare_endpoint_was_served(result)
     json.dumps(result.to_json())
     assert _langgraph_was_not_imported()
+
+
+def _check_the_bare_endpoint_was_served(result: BenchResult) -> None:
+    """The serve benchmark's floor: the bare endpoint played its rounds, and each of its turns got the answer."""
+    bare = result.samples["bare"]
+    assert len(bare) == TINY.serve_rounds and all(round_["cpu_seconds"] > 0 for round_ in bare)
+    assert [round_["failures"] for round_ in bare] == [0] * TINY.serve_rounds, bare
+    goals = {target.goal: target for target in result.targets}
+    assert goals["serve: served turn CPU <= 1.3x the bare endpoint's"].verdict in ("met", "NOT MET")
+    assert "bare: 0 failed" in goals["serve: every turn completes (its answer streamed, no error)"].measured
 
 
 def test_the_runner_prints_a_table_and_writes_the_results_without_langgraph(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output = tmp_path / "results.json"
+    previous = tmp_path / "previous.json"
+    # Far slower than this run, but far less in floors: the comparison flags rxgraph's per-chunk cost in floors only.
+    figure = {"measure": "per chunk", "unit": "ns", "rxgraph": 1e9, "lower_is_better": True, "floor": 1e12}
+    machine = {"rxgraph_commit": "0123456789abcdef"}
+    previous.write_text(json.dumps({"machine": machine, "benchmarks": {"streaming": {"figures": [figure]}}}))
 
-    run_benchmarks(["streaming", "safe_head"], TINY, langgraph=False, output=output)
+    run_benchmarks(["streaming", "safe_head"], TINY, langgraph=False, output=output, compare_with=previous)
 
     printed = capsys.readouterr().out
     assert "== streaming" in printed and "== safe_head" in printed and "== targets" in printed
     assert "not installed" in printed
+    assert "floor: the same chunks through a bare reactivex pipeline" in printed
+    assert f"== compared with {previous} (rxgraph 0123456789ab" in printed
+    assert "streaming, per chunk, in floors: 0.001 -> " in printed
+    assert "not in that file: streaming, chunks per second; safe_head (the whole benchmark)" in printed
     document = json.loads(output.read_text(encoding="utf-8"))
     assert set(document["benchmarks"]) == {"streaming", "safe_head"}
     assert document["langgraph"] == "not installed" and document["sizes"]["label"] == TINY.label
@@ -62,7 +105,25 @@ def test_the_runner_prints_a_table_and_writes_the_results_without_langgraph(
     assert streaming["figures"][0]["langgraph"] is None
     assert len(streaming["samples"]["rxgraph"]) == TINY.stream_repeats
     assert not output.with_name("results.json.tmp").exists()
+    comparison = document["comparison"]
+    assert comparison["with"] == str(previous) and comparison["commit"] == "0123456789abcdef"
+    assert [(r["measure"], r["in_floors"]) for r in comparison["regressions"]] == [("per chunk", True)]
     assert _langgraph_was_not_imported()
+
+
+def test_the_serve_rounds_rotate_so_that_each_side_leads_in_turn() -> None:
+    from benchmarks.serve import rotation
+
+    sides: list[Any] = ["rxgraph", "bare", "langgraph"]
+
+    orders = [rotation(sides, index) for index in range(4)]
+
+    assert orders == [
+        ["rxgraph", "bare", "langgraph"],
+        ["bare", "langgraph", "rxgraph"],
+        ["langgraph", "rxgraph", "bare"],
+        ["rxgraph", "bare", "langgraph"],
+    ]
 
 
 def test_the_fanout_benchmark_measures_both_shapes_with_and_without_a_checkpointer(tmp_path: Path) -> None:
