@@ -22,11 +22,12 @@ by the bare endpoint).
   in floors (rxgraph / bare) beside them: the server CPU per turn and turns per second first among them.
 
 Every side's processes run for the whole benchmark and their rounds alternate, the order rotated every round
-(rxgraph, bare, LangGraph; bare, LangGraph, rxgraph; LangGraph, rxgraph, bare...), so that no side is always first
-and the machine's drift hits all alike; an idle side's servers do nothing meanwhile (its loop monitor is stopped).
-Each side first plays a warm-up round of a few turns. In a round the client (``httpx`` on one asyncio loop, with a
-connection for every turn) starts ``serve_turns`` (200) turns at once, each on a conversation thread of its own (so
-each is its thread's first turn), and reads each stream to its end. Over its ``serve_rounds`` rounds a side reports:
+(rxgraph, bare, LangGraph; bare, LangGraph, rxgraph; LangGraph, rxgraph, bare...; without LangGraph, rxgraph and
+bare alternate), so that no side is always first and the machine's drift hits all alike; an idle side's servers do
+nothing meanwhile (its loop monitor is stopped). Each side first plays a warm-up round of a few turns. In a round the
+client (``httpx`` on one asyncio loop, with a connection for every turn) starts ``serve_turns`` (200) turns at once,
+each on a conversation thread of its own (so each is its thread's first turn), and reads each stream to its end.
+Over its ``serve_rounds`` rounds a side reports:
 
 - the median of turns per second (a round's turns over its wall time);
 - the time to the first model chunk (from sending the request to the first ``messages`` event, rxgraph, or
