@@ -139,6 +139,9 @@ class PostgresSaver(IncrementalSaver):
         self._db = Database(
             conninfo_or_pool, schema=schema, timeout=timeout, max_connections=max_connections, migrations=migrations
         )
+        from ._postgres_database import ClaimedHeads
+
+        self._claimed = ClaimedHeads()
         self.schema_version: int = self._db.schema_version
         self._counters = PostgresSaverStats()
         self._store = IncrementalStore(
@@ -199,6 +202,7 @@ class PostgresSaver(IncrementalSaver):
                     watchdog=self._db.watchdog,
                     poll_interval=self._poll_interval,
                     connect_kwargs=kwargs,
+                    heads=(self._db.claim_statement(self._claimed.statement), self._claimed),
                 )
             return self._locks
 
@@ -212,6 +216,7 @@ class PostgresSaver(IncrementalSaver):
             locks.close()
         self._db.close()
         self._store.clear()
+        self._claimed.clear()
 
     def __repr__(self) -> str:
         return f"PostgresSaver({self._db.where!r}, schema={self._schema!r})"
@@ -220,7 +225,8 @@ class PostgresSaver(IncrementalSaver):
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         """Read the head of ``thread_id`` (or its checkpoint ``checkpoint_id``) with one query on the primary key
-        (or on ``id``); only rows this saver has not cached yet are read after it.
+        (or on ``id``); only rows this saver has not cached yet are read after it. The first read of a head after
+        a run of this process claimed the thread needs no query: the claim read it (see ``run_locks``).
 
         Args:
             thread_id: the thread to read.
@@ -234,7 +240,8 @@ class PostgresSaver(IncrementalSaver):
             SaverClosedError: after ``close``.
             SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
-        with self._db.rows() as rows:
+        db = self._db
+        with db.rows(head=self._claimed.take(thread_id)) if checkpoint_id is None else db.rows() as rows:
             return self._store.get(rows, thread_id, checkpoint_id)
 
     def list(
@@ -292,9 +299,11 @@ class PostgresSaver(IncrementalSaver):
             return self._store.latest_safe(rows, thread_id, before_seq)
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        """Append ``checkpoint`` to its thread in one transaction: the UPDATE of the thread's ``heads`` row (an
-        INSERT for a new thread) is the compare-and-set, and one statement inserts the new items, blobs and row.
-        Only what changed since the parent is encoded and written.
+        """Append ``checkpoint`` to its thread atomically: the UPDATE of the thread's ``heads`` row (an INSERT for a
+        new thread) is the compare-and-set, and the new items, blobs and row are inserted only if it moved the head.
+        Only what changed since the parent is encoded and written. Usually all of it is one statement, so one round
+        trip; a put that reuses rows of another checkpoint than the head's (a rewind's), or that finds the head not
+        as expected, is a transaction of a few.
 
         Args:
             checkpoint: the thread's next checkpoint (seq: the head's plus one, 1 to start a thread; a new id).
@@ -312,16 +321,21 @@ class PostgresSaver(IncrementalSaver):
         """
         store = self._store
         db = self._db
-        with db.connection() as conn:
-            rows = db.rows_on(conn)
-            plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
-            refs, row, written, items, blobs = db.put(
-                conn,
-                checkpoint,
-                expected_head,
-                plan,
-                lambda plan, head_manifest: store.confirm(plan, rows, checkpoint, expected_head, head_manifest),
-            )
+        claimed = self._claimed
+        claimed.written(checkpoint.thread_id)  # a head a claim read is not the head any more, or may not be
+        try:
+            with db.connection() as conn:
+                rows = db.rows_on(conn)
+                plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
+                refs, row, written, items, blobs = db.put(
+                    conn,
+                    checkpoint,
+                    expected_head,
+                    plan,
+                    lambda plan, head_manifest: store.confirm(plan, rows, checkpoint, expected_head, head_manifest),
+                )
+        finally:
+            claimed.written(checkpoint.thread_id)  # and one a claim read meanwhile may be older than this write
         # Only now (committed) may the new rows be referred to by later writes.
         store.stored(checkpoint, refs, row, written=written, items=items, blobs=blobs)
         return checkpoint
@@ -344,9 +358,13 @@ class PostgresSaver(IncrementalSaver):
                 nothing changed.
         """
         store = self._store
-        retention = self._db.retain(
-            thread_id, lambda history: store.retention(thread_id, history, everything=True), delete_head=True
-        )
+        self._claimed.written(thread_id)
+        try:
+            retention = self._db.retain(
+                thread_id, lambda history: store.retention(thread_id, history, everything=True), delete_head=True
+            )
+        finally:
+            self._claimed.written(thread_id)
         store.forget(thread_id, retention.ids, thread_gone=True)
         return len(retention.ids)
 

@@ -10,10 +10,10 @@ import builtins
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, suppress
-from typing import Any, LiteralString
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from typing import Any, Final, LiteralString
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -30,7 +30,7 @@ from ._incremental import COLUMNS, Plan, Ref, Retention, Row, checkpoint_row
 from ._postgres_schema import Migration, prepare
 from .contract import check_put, duplicate_id
 
-__all__ = ["GRACE", "Database", "PostgresRows", "Watchdog", "Watched", "named", "server_limits"]
+__all__ = ["GRACE", "ClaimedHeads", "Database", "PostgresRows", "Watchdog", "Watched", "named", "server_limits"]
 
 GRACE = 1.0
 """Seconds a server that does not answer at all is given beyond the saver's ``timeout`` before its connection is
@@ -38,6 +38,25 @@ dropped: time for PostgreSQL's own ``lock_timeout`` and ``statement_timeout`` (w
 what waited) to answer first."""
 
 _MAX_SEQ = 2**63 - 1
+
+_TYPES = {"seq": "bigint", "safe": "boolean"}  # of the checkpoint columns; the others are text
+_COLUMN_NAMES = tuple(name.strip() for name in COLUMNS.split(","))
+
+# The inserts of a put in one statement, each made only if the CTE `moved` (its compare-and-set) returned a row.
+_INSERTED = f"""new_blobs AS (
+            INSERT INTO {{s}}.blobs (id, value)
+            SELECT * FROM unnest(%(blob_ids)s::bigint[], %(blob_texts)s::text[]) WHERE EXISTS (SELECT FROM moved)
+        ), new_items AS (
+            INSERT INTO {{s}}.items (id, prev_id, value)
+            SELECT * FROM unnest(%(item_ids)s::bigint[], %(item_prevs)s::bigint[], %(item_texts)s::text[])
+            WHERE EXISTS (SELECT FROM moved)
+        ), new_checkpoint AS (
+            INSERT INTO {{s}}.checkpoints ({COLUMNS})
+            SELECT {", ".join(f"%(c_{name})s::{_TYPES.get(name, 'text')}" for name in _COLUMN_NAMES)}
+            WHERE EXISTS (SELECT FROM moved)
+        )
+        SELECT EXISTS (SELECT FROM moved),
+            (SELECT array_agg(nextval({{row_ids}})) FROM generate_series(1, %(refill)s))"""
 
 # {s} is the saver's schema, {row_ids} the name of its sequence (a string literal).
 _STATEMENTS: dict[str, LiteralString] = {
@@ -102,6 +121,28 @@ _STATEMENTS: dict[str, LiteralString] = {
         INSERT INTO {s}.heads (thread_id, head_id, head_seq) SELECT %(thread)s, %(id)s, %(seq)s WHERE %(seq)s = 1
         ON CONFLICT (thread_id) DO NOTHING
         RETURNING (SELECT array_agg(nextval({row_ids})) FROM generate_series(1, %(rows)s)), NULL::text""",
+    # A put in one statement (see Database.put): the same compare-and-set as move_head and insert_head (move_head's
+    # also checks that the head's row is the one the plan reuses values of), and the inserts, each made only if the
+    # head moved; then whether it did, and `refill` new ids for the saver's stock (see _IdStock). The ids of the
+    # rows it inserts were taken from that stock before.
+    "put_next": f"""
+        WITH moved AS (
+            UPDATE {{s}}.heads SET head_id = %(id)s, head_seq = %(seq)s
+            WHERE thread_id = %(thread)s AND head_id = %(expected)s AND head_seq = %(seq)s - 1
+                AND (%(head_manifest)s::text IS NULL OR EXISTS (
+                    SELECT FROM {{s}}.checkpoints
+                    WHERE thread_id = %(thread)s AND seq = %(seq)s - 1 AND manifest = %(head_manifest)s::text
+                ))
+            RETURNING 1
+        ), {_INSERTED}""",
+    "put_first": f"""
+        WITH moved AS (
+            INSERT INTO {{s}}.heads (thread_id, head_id, head_seq) SELECT %(thread)s, %(id)s, %(seq)s WHERE %(seq)s = 1
+            ON CONFLICT (thread_id) DO NOTHING
+            RETURNING 1
+        ), {_INSERTED}""",
+    # The head as a claim of the thread reads it, right after taking it (see ClaimedHeads).
+    "claim_head": f"SELECT {COLUMNS} FROM {{s}}.checkpoints WHERE thread_id = %(thread)s ORDER BY seq DESC LIMIT 1",
     # Everything a put inserts, in one statement.
     "insert": f"""
         WITH new_blobs AS (
@@ -282,40 +323,163 @@ class Watched:
         """``conn.transaction()``: its BEGIN and COMMIT are watched like the statements in between."""
         return self.conn.transaction()
 
+    def script(self, query: sql.Composed, params: Mapping[str, Any]) -> psycopg.ClientCursor[Any]:
+        """Several statements (``;``-separated) in one round trip, with ``limit`` seconds for the server to answer:
+        bound client-side (psycopg quotes each value) and sent with the simple query protocol, in one implicit
+        transaction in which each statement still sees what was committed before it started. The cursor holds one
+        result per statement (``nextset`` moves to the next)."""
+        self._dog.renew(self._watch)
+        cursor = psycopg.ClientCursor(self.conn)
+        cursor.execute(query, params)
+        self._dog.renew(self._watch)
+        return cursor
+
+
+_UNREAD: Final[Any] = object()
+
 
 class PostgresRows:
-    """The reads of the incremental store (see ``Rows``), on one watched connection."""
+    """The reads of the incremental store (see ``Rows``), on one watched connection — taken from ``connect`` at the
+    first statement, so a call whose reads all come from caches (and ``head``) takes none. ``head``: the thread's
+    head row when it is known already (see :class:`ClaimedHeads`), given by the first ``head`` read in place of a
+    query."""
 
-    __slots__ = ("_conn", "_q")
+    __slots__ = ("_conn", "_connect", "_head", "_q")
 
-    def __init__(self, conn: Watched, statements: Mapping[str, bytes]) -> None:
-        self._conn = conn
+    def __init__(
+        self,
+        conn: Watched | Callable[[], Watched],
+        statements: Mapping[str, bytes],
+        *,
+        head: Row | None = _UNREAD,
+    ) -> None:
+        self._conn: Watched | None = conn if isinstance(conn, Watched) else None
+        self._connect = conn if not isinstance(conn, Watched) else None
         self._q = statements
+        self._head = head
+
+    def _execute(self, query: bytes, params: Params) -> psycopg.Cursor[Any]:
+        conn = self._conn
+        if conn is None:
+            assert self._connect is not None
+            conn = self._conn = self._connect()
+        return conn.execute(query, params)
 
     def head(self, thread_id: str) -> Row | None:
-        return self._conn.execute(self._q["head"], (thread_id,)).fetchone()
+        known, self._head = self._head, _UNREAD
+        if known is not _UNREAD:
+            return known
+        return self._execute(self._q["head"], (thread_id,)).fetchone()
 
     def by_id(self, checkpoint_id: str) -> Row | None:
-        return self._conn.execute(self._q["by_id"], (checkpoint_id,)).fetchone()
+        return self._execute(self._q["by_id"], (checkpoint_id,)).fetchone()
 
     def page(self, thread_id: str, before_seq: int | None, limit: int | None) -> builtins.list[Row]:
         bound = _MAX_SEQ if before_seq is None else before_seq
-        return self._conn.execute(self._q["page"], (thread_id, bound, limit)).fetchall()
+        return self._execute(self._q["page"], (thread_id, bound, limit)).fetchall()
 
     def newest_safe(self, thread_id: str, before_seq: int | None) -> Row | None:
         bound = _MAX_SEQ if before_seq is None else before_seq
-        return self._conn.execute(self._q["newest_safe"], (thread_id, bound)).fetchone()
+        return self._execute(self._q["newest_safe"], (thread_id, bound)).fetchone()
 
     def blobs(self, ids: builtins.list[int]) -> builtins.list[tuple[int, str]]:
-        return self._conn.execute(self._q["blobs"], (ids,)).fetchall()
+        return self._execute(self._q["blobs"], (ids,)).fetchall()
 
     def walk(self, tail: int, count: int) -> builtins.list[tuple[int | None, str]]:
-        return self._conn.execute(self._q["walk"], (tail, count)).fetchall()
+        return self._execute(self._q["walk"], (tail, count)).fetchall()
 
     def count_rows(self, blob_ids: builtins.list[int], item_ids: builtins.list[int]) -> int:
-        row = self._conn.execute(self._q["count_rows"], (blob_ids, item_ids)).fetchone()
+        row = self._execute(self._q["count_rows"], (blob_ids, item_ids)).fetchone()
         assert row is not None
         return int(row[0])
+
+
+class ClaimedHeads:
+    """The heads that claims of threads read, each kept until its thread's next read of the head: the read a run
+    makes first (``get``, to choose its base) then costs no round trip.
+
+    A claim (:class:`~rxgraph.checkpoint._postgres_locks.PostgresRunLocks`) reads the thread's head in the round trip
+    that takes its advisory lock, in a statement of its own that starts once the lock is taken: it sees every write
+    of the thread's previous holder, whose writes all committed before it let go. From then until the thread is let
+    go, the writers of the thread take turns through this process's run slots, and each of them writes through this
+    saver, which forgets the thread's head (``written``) before and after every write; so while a head is kept, it is
+    the head a read would find. A write of the thread that does not hold it (an application's own ``put`` in
+    another process) is what the compare-and-set of every write is for, as it always was: the first write built on
+    an older head fails with ``CheckpointConflictError``.
+
+    A head is kept only when no write of the thread through this saver ended while the claim read it (``reading`` to
+    ``read``), and it is taken once: the first ``get`` of the thread's head has it, later ones read the database.
+    """
+
+    statement: Final = "claim_head"
+    """The name of the statement that reads the head, with the parameter ``%(thread)s``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heads: dict[str, Row | None] = {}
+        self._clean: dict[str, bool] = {}  # threads being claimed: no write of theirs ended since the claim began
+
+    def reading(self, thread_id: str) -> None:
+        """A claim of ``thread_id`` is about to read its head."""
+        with self._lock:
+            self._clean[thread_id] = True
+
+    def read(self, thread_id: str, head: Row | None, *, taken: bool) -> None:
+        """The claim read ``head`` (its row, None for a thread without checkpoints), and took the thread, or not."""
+        with self._lock:
+            if self._clean.pop(thread_id, False) and taken:
+                self._heads[thread_id] = head
+
+    def written(self, thread_id: str) -> None:
+        """A write of ``thread_id`` starts or ends (or the thread is let go): the head kept, if any, is no more."""
+        with self._lock:
+            self._heads.pop(thread_id, None)
+            if thread_id in self._clean:
+                self._clean[thread_id] = False
+
+    def take(self, thread_id: str) -> Row | None:
+        """The head kept for ``thread_id`` (a row, or None for no checkpoint), now forgotten; ``_UNREAD`` if none."""
+        with self._lock:
+            return self._heads.pop(thread_id, _UNREAD)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._heads.clear()
+            self._clean.clear()
+
+
+class _IdStock:
+    """Ids of the saver's sequence reserved ahead, for the rows a put in one statement inserts: it must know them
+    before it is sent, to write them into the manifest and the list links. Each such statement asks for as many new
+    ones as it takes, in its own round trip; a put that needs more than the stock holds goes through the transaction,
+    which reserves what it needs and refills the stock too. A sequence never gives an id twice, whether or not it
+    is used: ids reserved and never used are gaps, nothing more."""
+
+    _MOST = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: deque[int] = deque()
+        self.target = 64  # grows (to _MOST) with the largest put asked for
+
+    def take(self, count: int) -> builtins.list[int] | None:
+        """``count`` ids, or None (and none taken) when the stock has fewer."""
+        with self._lock:
+            if count > len(self._ids):
+                self.target = min(self._MOST, max(self.target, 2 * count))
+                return None
+            ids = self._ids
+            return [ids.popleft() for _ in range(count)]
+
+    def add(self, ids: builtins.list[int] | None) -> None:
+        if ids:
+            with self._lock:
+                self._ids.extend(ids)
+
+    def wanted(self) -> int:
+        """How many ids would fill the stock to its target."""
+        with self._lock:
+            return max(0, self.target - len(self._ids))
 
 
 class Database:
@@ -402,6 +566,9 @@ class Database:
         # Rendered once: identifiers are escaped by libpq, which need not happen at every call.
         names = {"s": sql.Identifier(self._schema), "row_ids": sql.Literal(f"{self._schema_ident(conn)}.row_ids")}
         self._q = {name: sql.SQL(text).format(**names).as_bytes(conn) for name, text in _STATEMENTS.items()}
+        self._stock = _IdStock()
+        row = conn.execute(self._q["reserve"], (self._stock.wanted(),)).fetchone()
+        self._stock.add(row[0] if row is not None else None)
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -464,10 +631,16 @@ class Database:
             raise self._timed_out("a statement ran (or waited for a lock)", error) from error
 
     @contextmanager
-    def rows(self) -> Iterator[PostgresRows]:
-        """The store's reads on a connection of the pool, for the ``with`` block (see :meth:`connection`)."""
-        with self.connection() as conn:
-            yield self.rows_on(conn)
+    def rows(self, *, head: Row | None = _UNREAD) -> Iterator[PostgresRows]:
+        """The store's reads on a connection of the pool, for the ``with`` block (see :meth:`connection`), taken at
+        the first statement; ``head``: the thread's head row when it is known already (the first ``head`` read gives
+        it)."""
+        with ExitStack() as stack:
+            yield PostgresRows(lambda: stack.enter_context(self.connection()), self._q, head=head)
+
+    def claim_statement(self, name: str) -> sql.SQL:
+        """A statement of the saver's (by its name in ``_STATEMENTS``), for a connection of the run locks."""
+        return sql.SQL(self._q[name].decode())  # the saver's own text, rendered at open
 
     def rows_on(self, conn: Watched) -> PostgresRows:
         """The store's reads on ``conn``."""
@@ -486,9 +659,18 @@ class Database:
         plan: Plan,
         confirm: Callable[[Plan, str | None], Plan],
     ) -> tuple[dict[str, Ref], Row, int, int, int]:
-        """Write ``checkpoint`` as ``plan`` says, in one transaction, if its thread's head is ``expected_head``.
-        Once the head is taken, ``confirm(plan, the head's manifest)`` gives the plan to write (``plan``, or one
-        that reuses no freed rows).
+        """Write ``checkpoint`` as ``plan`` says if its thread's head is ``expected_head``, atomically: in one
+        statement when the plan reuses no rows but the expected head's and the stock has the ids it needs, else in
+        a transaction. Once the head is taken, ``confirm(plan, the head's manifest)`` gives the plan to write
+        (``plan``, or one that reuses no freed rows).
+
+        One statement cannot check what a retention of the thread freed meanwhile (its reads see the database as it
+        was when it started, possibly before a retention that held the head's row committed): rows borrowed from
+        another checkpoint than the head (a rewind's, say) are checked in the transaction, after its compare-and-set
+        holds the row. The head's own rows are never freed, and its row is checked in the statement itself. When
+        the statement finds the head not as expected it has written nothing, and the transaction does the put
+        again: it raises what the head says (a conflict), or writes (the head's row was written again since the
+        plan read it: it plans again).
 
         Returns:
             The refs of its values, its row, the payload bytes written, and how many items and blobs were inserted.
@@ -497,15 +679,68 @@ class Database:
             CheckpointConflictError: the head is not ``expected_head``; nothing was written.
             InvalidCheckpointError: the seq is not the head's plus one, or the id is already stored.
         """
+        if not (plan.borrowed_blobs or plan.borrowed_items):
+            ids = self._stock.take(plan.new_rows)
+            if ids is not None:
+                done = self._put_at_once(conn, checkpoint, expected_head, plan, ids)
+                if done is not None:
+                    return done
+        return self._put_in_transaction(conn, checkpoint, expected_head, plan, confirm)
+
+    def _put_at_once(
+        self, conn: Watched, checkpoint: Checkpoint, expected_head: str | None, plan: Plan, ids: builtins.list[int]
+    ) -> tuple[dict[str, Ref], Row, int, int, int] | None:
+        """The put in one statement, on ids taken from the stock; None when the head was not as expected (nothing
+        was written)."""
+        taken = iter(ids)
+        refs, blob_rows, item_rows, written = plan.assign(taken, taken)
+        row, row_bytes = checkpoint_row(checkpoint, refs, plan.pending)
+        params: dict[str, Any] = {
+            "thread": checkpoint.thread_id,
+            "id": checkpoint.id,
+            "seq": checkpoint.seq,
+            "expected": expected_head,
+            "head_manifest": plan.head_manifest,
+            "blob_ids": [blob_id for blob_id, _ in blob_rows],
+            "blob_texts": [text for _, text in blob_rows],
+            "item_ids": [item_id for item_id, _, _ in item_rows],
+            "item_prevs": [prev_id for _, prev_id, _ in item_rows],
+            "item_texts": [text for _, _, text in item_rows],
+            "refill": self._stock.wanted(),
+            **{f"c_{name}": value for name, value in zip(_COLUMN_NAMES, row, strict=True)},
+        }
+        try:
+            result = conn.execute(self._q["put_first" if expected_head is None else "put_next"], params).fetchone()
+        except pg_errors.UniqueViolation as error:
+            if error.diag.constraint_name == "checkpoints_id_key":
+                raise duplicate_id(checkpoint) from error
+            raise _moved_meanwhile(checkpoint, expected_head) from error  # the (thread_id, seq) backstop
+        assert result is not None
+        self._stock.add(result[1])
+        if not result[0]:
+            return None
+        return refs, row, written + row_bytes, len(item_rows), len(blob_rows)
+
+    def _put_in_transaction(
+        self,
+        conn: Watched,
+        checkpoint: Checkpoint,
+        expected_head: str | None,
+        plan: Plan,
+        confirm: Callable[[Plan, str | None], Plan],
+    ) -> tuple[dict[str, Ref], Row, int, int, int]:
+        """The put in a transaction: the compare-and-set (which reserves the ids, and refills the stock), the check
+        of the rows the plan reuses, then the inserts."""
         q = self._q
         thread_id = checkpoint.thread_id
         with conn.transaction():
+            refill = self._stock.wanted()
             cas = {
                 "thread": thread_id,
                 "id": checkpoint.id,
                 "seq": checkpoint.seq,
                 "expected": expected_head,
-                "rows": plan.new_rows,
+                "rows": plan.new_rows + refill,
             }
             moved = conn.execute(q["insert_head" if expected_head is None else "move_head"], cas).fetchone()
             if moved is None:
@@ -518,6 +753,7 @@ class Database:
                 reserved += more[0] if more is not None else []
             ids = iter(reserved)
             refs, blob_rows, item_rows, written = confirmed.assign(ids, ids)
+            self._stock.add(list(ids))  # what it did not use (a sequence gives an id once, used or not)
             row, row_bytes = checkpoint_row(checkpoint, refs, confirmed.pending)
             try:
                 conn.execute(

@@ -51,7 +51,7 @@ from psycopg import sql
 
 from .._log import log
 from ..errors import SaverTimeoutError
-from ._postgres_database import Watchdog, named, server_limits
+from ._postgres_database import ClaimedHeads, Watchdog, named, server_limits
 from ._postgres_listener import RunListener
 from ._run_locks import RemoteHolder, RunLockEvents, RunLocks
 
@@ -78,7 +78,10 @@ class PostgresRunLocks(RunLocks):
     """Run exclusivity for the processes sharing a ``PostgresSaver``'s schema (see the module docstring).
 
     ``watchdog`` is the saver's: its ``timeout`` bounds every wait for the server (connecting included), and its
-    thread drops a connection whose server does not answer.
+    thread drops a connection whose server does not answer. ``heads``: a statement that reads a thread's head (with
+    the parameter ``%(thread)s``) and the saver's :class:`ClaimedHeads`; an attempt then reads the head in its own
+    round trip, in a statement of its own that starts once the lock is taken, and the saver keeps what it read for
+    the run's first read of the head. Every release (and a lost connection) tells the saver to forget it.
     """
 
     def __init__(
@@ -89,8 +92,10 @@ class PostgresRunLocks(RunLocks):
         watchdog: Watchdog,
         poll_interval: float = 0.5,
         connect_kwargs: dict[str, Any] | None = None,
+        heads: tuple[sql.SQL, ClaimedHeads] | None = None,
     ) -> None:
         self.poll_interval = poll_interval
+        self._heads = heads
         self._conninfo = conninfo
         self._connect_kwargs = dict(connect_kwargs or {})
         self._schema = schema
@@ -214,19 +219,28 @@ class PostgresRunLocks(RunLocks):
             self._events.acquired(thread_id, None)
             return
         # One round trip: try the lock; if taken, say so in run_slots; either way read what the row said before.
+        # With `heads`, the same round trip reads the thread's head, in a statement of its own: it starts once the
+        # lock is taken, so it sees every write of the previous holder (all committed before it let go), where the
+        # first statement's reads see the database as it was before the lock was tried.
+        attempt = sql.SQL(
+            "WITH got AS (SELECT pg_try_advisory_lock(%(key)s) AS ok), "
+            "mine AS (INSERT INTO {table} (thread_id, run_id, ending, owner) "
+            "  SELECT %(thread)s, %(run)s, false, %(owner)s FROM got WHERE ok "
+            "  ON CONFLICT (thread_id) DO UPDATE SET run_id = excluded.run_id, ending = false, "
+            "  owner = excluded.owner, since = now()) "
+            "SELECT got.ok, slot.run_id, slot.ending "
+            "FROM got LEFT JOIN {table} slot ON slot.thread_id = %(thread)s"
+        ).format(table=self._table)
+        params = {"key": key, "thread": thread_id, "run": run_id, "owner": self._owner}
+        heads = self._heads
+        row: tuple[Any, ...] | None = None
+        head: tuple[Any, ...] | None = None
         try:
-            row = self._execute(
-                sql.SQL(
-                    "WITH got AS (SELECT pg_try_advisory_lock(%(key)s) AS ok), "
-                    "mine AS (INSERT INTO {table} (thread_id, run_id, ending, owner) "
-                    "  SELECT %(thread)s, %(run)s, false, %(owner)s FROM got WHERE ok "
-                    "  ON CONFLICT (thread_id) DO UPDATE SET run_id = excluded.run_id, ending = false, "
-                    "  owner = excluded.owner, since = now()) "
-                    "SELECT got.ok, slot.run_id, slot.ending "
-                    "FROM got LEFT JOIN {table} slot ON slot.thread_id = %(thread)s"
-                ).format(table=self._table),
-                {"key": key, "thread": thread_id, "run": run_id, "owner": self._owner},
-            )
+            if heads is None:
+                row = self._execute(attempt, params)
+            else:
+                heads[1].reading(thread_id)
+                row, head = self._execute_script(sql.Composed([attempt, sql.SQL("; "), heads[0]]), params)
         except psycopg.Error:
             conn = self._conn
             if conn is not None and not conn.closed:
@@ -235,6 +249,9 @@ class PostgresRunLocks(RunLocks):
                 with contextlib.suppress(psycopg.Error, SaverTimeoutError):
                     self._execute("SELECT pg_advisory_unlock(%s)", (key,))
             raise
+        finally:
+            if heads is not None:
+                heads[1].read(thread_id, head, taken=row is not None and bool(row[0]))
         assert row is not None
         if row[0]:
             with self._lock:
@@ -261,6 +278,8 @@ class PostgresRunLocks(RunLocks):
             )
 
     def _release(self, thread_id: str) -> None:
+        if self._heads is not None:
+            self._heads[1].written(thread_id)  # once let go, another process may write it
         with self._lock:
             held = thread_id in self._held
             self._held.discard(thread_id)
@@ -361,6 +380,17 @@ class PostgresRunLocks(RunLocks):
             cursor = watched.execute(query, params)
             return cursor.fetchone() if cursor.description is not None else None
 
+    def _execute_script(
+        self, query: sql.Composed, params: dict[str, Any]
+    ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        """Two statements in one round trip on the lock connection, under the watchdog; the first row of each."""
+        conn = self._connection()
+        with self._watchdog.watching(conn) as watched:
+            cursor = watched.script(query, params)
+            first = cursor.fetchone()
+            cursor.nextset()
+            return first, cursor.fetchone()
+
     def _lose(self, failure: Exception) -> None:
         """The lock connection broke or did not answer in time: its locks are gone (the server frees them when it
         notices). What was held on it is taken back as soon as the database lets it."""
@@ -372,6 +402,9 @@ class PostgresRunLocks(RunLocks):
             lost = sorted(self._held)
             self._lost.update(self._held)
             self._held.clear()
+        if self._heads is not None:
+            for thread_id in lost:
+                self._heads[1].written(thread_id)  # no longer held: another process may write it
         if lost:
             log.warning(
                 "run exclusivity: the lock connection was lost (%s); threads %s are not held in the database until "
