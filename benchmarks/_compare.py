@@ -69,6 +69,11 @@ class Change:
         return self.ratio - 1 if self.lower_is_better else 1 - self.ratio
 
     @property
+    def cost(self) -> float:
+        """What the new value costs against the old one: new / old, or old / new for a rate (above 1: worse)."""
+        return self.ratio if self.lower_is_better else 1 / self.ratio
+
+    @property
     def floor_ratio(self) -> float | None:
         """The floor's new / old (None: a file has no floor for this figure)."""
         return _change(self.floor_old, self.floor_new)
@@ -140,7 +145,8 @@ class Comparison:
         if self.floors:
             lines.append("  floors, this run against that file:")
             lines.extend(
-                f"    {c.benchmark}, {c.measure}: {_value(c.old)} -> {_value(c.new)} {c.unit} (x{c.ratio:.2f})"
+                f"    {c.benchmark}, {c.measure}: {_value(c.old)} -> {_value(c.new)} {c.unit} (x{c.ratio:.2f}"
+                f"{'' if c.lower_is_better else ', higher is better'})"
                 for c in self.floors
             )
         else:
@@ -170,9 +176,12 @@ class Comparison:
             assert change.floor_old is not None and change.floor_new is not None
             text += f"; its floor {_value(change.floor_old)} -> {_value(change.floor_new)} (x{change.floor_ratio:.2f})"
         elif self.floors:
-            moves = sorted(floor.ratio for floor in self.floors)
-            span = f"x{moves[0]:.2f}" if len(moves) == 1 else f"x{moves[0]:.2f} to x{moves[-1]:.2f}"
-            text += f"; no floor of its own (the run's floors moved {span})"
+            # The floors of the figure's own benchmark say most of its machine; else every floor of the run.
+            own = [floor for floor in self.floors if floor.benchmark == change.benchmark]
+            costs = sorted(floor.cost for floor in own or self.floors)
+            span = f"x{costs[0]:.2f}" if len(costs) == 1 else f"x{costs[0]:.2f} to x{costs[-1]:.2f}"
+            whose = "this benchmark's floors" if own else "the run's floors"
+            text += f"; no floor of its own ({whose} cost {span} what they did)"
         else:
             text += "; no floor to compare"
         if change.langgraph_ratio is not None:

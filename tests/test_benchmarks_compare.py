@@ -105,14 +105,28 @@ def test_rxgraph_slower_in_floors_is_flagged_even_when_the_figure_is_not() -> No
     assert (change.old, change.new, change.unit) == (5.0, 9.0, "floors")
 
 
-def test_a_figure_without_a_floor_is_shown_beside_how_the_runs_floors_moved() -> None:
+def test_a_figure_without_a_floor_is_shown_beside_how_its_benchmarks_floors_moved() -> None:
     old = _document(_figure("with floor", 10.0, floor=2.0), _figure("without", 10.0))
     new = _document(_figure("with floor", 10.0, floor=2.2), _figure("without", 14.0))
 
     printed = compare(new, old, path="old.json").format()
 
-    assert (
-        "bench, without: 10 -> 14 ms (x1.40, 40% worse); no floor of its own (the run's floors moved x1.10)" in printed
+    expected = "bench, without: 10 -> 14 ms (x1.40, 40% worse); no floor of its own (this benchmark's floors cost x1.10"
+    assert expected in printed
+
+
+def test_a_benchmark_without_floors_is_shown_beside_what_every_floor_of_the_run_costs_now() -> None:
+    # A rate's floor that fell from 100 to 80 costs 1.25x what it did; a time's floor from 2 to 1.8, 0.9x.
+    old = _document(_figure("time", 10.0, floor=2.0), _figure("rate", 50.0, lower=False, floor=100.0))
+    new = _document(_figure("time", 10.0, floor=1.8), _figure("rate", 50.0, lower=False, floor=80.0))
+    old["benchmarks"]["plain"] = {"figures": [_figure("c", 10.0)]}
+    new["benchmarks"]["plain"] = {"figures": [_figure("c", 13.0)]}
+
+    printed = compare(new, old, path="old.json").format()
+
+    assert "bench, rate: 100 -> 80 turns/s (x0.80, higher is better)" in printed
+    assert "plain, c: 10 -> 13 ms (x1.30, 30% worse); no floor of its own (the run's floors cost x0.90 to x1.25" in (
+        printed
     )
 
 
