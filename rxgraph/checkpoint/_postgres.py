@@ -83,7 +83,8 @@ class PostgresSaver(IncrementalSaver):
             conninfo_or_pool: a libpq connection string (``"postgresql://user@host/db"``, ``"host=... dbname=..."``),
                 for which the saver opens a pool of its own and closes it on ``close``; or a
                 ``psycopg_pool.ConnectionPool`` of yours, which the saver uses and leaves open. Its connections
-                must use PostgreSQL's default isolation level (read committed); autocommit saves a round trip.
+                must use PostgreSQL's default isolation level (read committed); in autocommit mode a call needs no
+                BEGIN and COMMIT of its own (a write is usually one statement).
             serde: the type registry for values; default :data:`~rxgraph.checkpoint.default_serde`.
             timeout: seconds a call waits for a connection of the pool, for a lock another transaction holds, for a
                 statement (half a second more), and for a server that does not answer at all (a second more, then
@@ -139,9 +140,6 @@ class PostgresSaver(IncrementalSaver):
         self._db = Database(
             conninfo_or_pool, schema=schema, timeout=timeout, max_connections=max_connections, migrations=migrations
         )
-        from ._postgres_database import ClaimedHeads
-
-        self._claimed = ClaimedHeads()
         self.schema_version: int = self._db.schema_version
         self._counters = PostgresSaverStats()
         self._store = IncrementalStore(
@@ -202,7 +200,7 @@ class PostgresSaver(IncrementalSaver):
                     watchdog=self._db.watchdog,
                     poll_interval=self._poll_interval,
                     connect_kwargs=kwargs,
-                    heads=(self._db.claim_statement(self._claimed.statement), self._claimed),
+                    heads=self._db.claimed,
                 )
             return self._locks
 
@@ -216,7 +214,7 @@ class PostgresSaver(IncrementalSaver):
             locks.close()
         self._db.close()
         self._store.clear()
-        self._claimed.clear()
+        self._db.claimed.clear()
 
     def __repr__(self) -> str:
         return f"PostgresSaver({self._db.where!r}, schema={self._schema!r})"
@@ -241,7 +239,7 @@ class PostgresSaver(IncrementalSaver):
             SaverTimeoutError: the pool had no connection free within ``timeout``.
         """
         db = self._db
-        with db.rows(head=self._claimed.take(thread_id)) if checkpoint_id is None else db.rows() as rows:
+        with db.rows(head=db.claimed.take(thread_id)) if checkpoint_id is None else db.rows() as rows:
             return self._store.get(rows, thread_id, checkpoint_id)
 
     def list(
@@ -321,7 +319,7 @@ class PostgresSaver(IncrementalSaver):
         """
         store = self._store
         db = self._db
-        claimed = self._claimed
+        claimed = db.claimed
         claimed.written(checkpoint.thread_id)  # a head a claim read is not the head any more, or may not be
         try:
             with db.connection() as conn:
@@ -358,13 +356,14 @@ class PostgresSaver(IncrementalSaver):
                 nothing changed.
         """
         store = self._store
-        self._claimed.written(thread_id)
+        claimed = self._db.claimed
+        claimed.written(thread_id)
         try:
             retention = self._db.retain(
                 thread_id, lambda history: store.retention(thread_id, history, everything=True), delete_head=True
             )
         finally:
-            self._claimed.written(thread_id)
+            claimed.written(thread_id)
         store.forget(thread_id, retention.ids, thread_gone=True)
         return len(retention.ids)
 

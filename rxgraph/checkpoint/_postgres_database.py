@@ -411,10 +411,9 @@ class ClaimedHeads:
     ``read``), and it is taken once: the first ``get`` of the thread's head has it, later ones read the database.
     """
 
-    statement: Final = "claim_head"
-    """The name of the statement that reads the head, with the parameter ``%(thread)s``."""
-
-    def __init__(self) -> None:
+    def __init__(self, statement: sql.SQL) -> None:
+        self.statement = statement
+        """The statement that reads a thread's head, with the parameter ``%(thread)s``."""
         self._lock = threading.Lock()
         self._heads: dict[str, Row | None] = {}
         self._clean: dict[str, bool] = {}  # threads being claimed: no write of theirs ended since the claim began
@@ -488,7 +487,8 @@ class Database:
     ``where`` is the database's connection string without its password (for errors and ``repr``); ``conninfo``
     the connection string and keyword arguments that reach it (for connections of their own, such as run locks);
     ``schema_version`` the version of the schema once it was checked, created or migrated; ``watchdog`` the deadline
-    of every statement (shared with the run locks).
+    of every statement (shared with the run locks); ``claimed`` the heads the run locks' claims read (shared with
+    them too).
 
     Every wait for the server is bounded: for a connection of the pool by the pool's timeout; for a lock, and for a
     statement that runs too long, by PostgreSQL's ``lock_timeout`` and ``statement_timeout`` (set on the saver's own
@@ -566,6 +566,7 @@ class Database:
         # Rendered once: identifiers are escaped by libpq, which need not happen at every call.
         names = {"s": sql.Identifier(self._schema), "row_ids": sql.Literal(f"{self._schema_ident(conn)}.row_ids")}
         self._q = {name: sql.SQL(text).format(**names).as_bytes(conn) for name, text in _STATEMENTS.items()}
+        self.claimed = ClaimedHeads(sql.SQL(self._q["claim_head"].decode()))  # the saver's own text, rendered here
         self._stock = _IdStock()
         row = conn.execute(self._q["reserve"], (self._stock.wanted(),)).fetchone()
         self._stock.add(row[0] if row is not None else None)
@@ -637,10 +638,6 @@ class Database:
         it)."""
         with ExitStack() as stack:
             yield PostgresRows(lambda: stack.enter_context(self.connection()), self._q, head=head)
-
-    def claim_statement(self, name: str) -> sql.SQL:
-        """A statement of the saver's (by its name in ``_STATEMENTS``), for a connection of the run locks."""
-        return sql.SQL(self._q[name].decode())  # the saver's own text, rendered at open
 
     def rows_on(self, conn: Watched) -> PostgresRows:
         """The store's reads on ``conn``."""

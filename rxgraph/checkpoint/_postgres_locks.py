@@ -78,10 +78,10 @@ class PostgresRunLocks(RunLocks):
     """Run exclusivity for the processes sharing a ``PostgresSaver``'s schema (see the module docstring).
 
     ``watchdog`` is the saver's: its ``timeout`` bounds every wait for the server (connecting included), and its
-    thread drops a connection whose server does not answer. ``heads``: a statement that reads a thread's head (with
-    the parameter ``%(thread)s``) and the saver's :class:`ClaimedHeads`; an attempt then reads the head in its own
-    round trip, in a statement of its own that starts once the lock is taken, and the saver keeps what it read for
-    the run's first read of the head. Every release (and a lost connection) tells the saver to forget it.
+    thread drops a connection whose server does not answer. ``heads``: the saver's :class:`ClaimedHeads`; an attempt
+    then reads the thread's head in its own round trip, in a statement of its own that starts once the lock is taken,
+    and the saver keeps what it read for the run's first read of the head. Every release (and a lost connection)
+    tells the saver to forget it.
     """
 
     def __init__(
@@ -92,7 +92,7 @@ class PostgresRunLocks(RunLocks):
         watchdog: Watchdog,
         poll_interval: float = 0.5,
         connect_kwargs: dict[str, Any] | None = None,
-        heads: tuple[sql.SQL, ClaimedHeads] | None = None,
+        heads: ClaimedHeads | None = None,
     ) -> None:
         self.poll_interval = poll_interval
         self._heads = heads
@@ -239,8 +239,8 @@ class PostgresRunLocks(RunLocks):
             if heads is None:
                 row = self._execute(attempt, params)
             else:
-                heads[1].reading(thread_id)
-                row, head = self._execute_script(sql.Composed([attempt, sql.SQL("; "), heads[0]]), params)
+                heads.reading(thread_id)
+                row, head = self._execute_script(sql.Composed([attempt, sql.SQL("; "), heads.statement]), params)
         except psycopg.Error:
             conn = self._conn
             if conn is not None and not conn.closed:
@@ -251,7 +251,7 @@ class PostgresRunLocks(RunLocks):
             raise
         finally:
             if heads is not None:
-                heads[1].read(thread_id, head, taken=row is not None and bool(row[0]))
+                heads.read(thread_id, head, taken=row is not None and bool(row[0]))
         assert row is not None
         if row[0]:
             with self._lock:
@@ -279,7 +279,7 @@ class PostgresRunLocks(RunLocks):
 
     def _release(self, thread_id: str) -> None:
         if self._heads is not None:
-            self._heads[1].written(thread_id)  # once let go, another process may write it
+            self._heads.written(thread_id)  # once let go, another process may write it
         with self._lock:
             held = thread_id in self._held
             self._held.discard(thread_id)
@@ -404,7 +404,7 @@ class PostgresRunLocks(RunLocks):
             self._held.clear()
         if self._heads is not None:
             for thread_id in lost:
-                self._heads[1].written(thread_id)  # no longer held: another process may write it
+                self._heads.written(thread_id)  # no longer held: another process may write it
         if lost:
             log.warning(
                 "run exclusivity: the lock connection was lost (%s); threads %s are not held in the database until "
