@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "ReadCountingSaver",
     "RewindSignal",
     "ScriptedChat",
+    "StepPath",
     "final_reply",
     "nodes_written",
     "run_rxgraph",
@@ -46,6 +48,25 @@ def run_rxgraph(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+@dataclass
+class StepPath:
+    """Which way a test's runs step (see the ``step_path`` fixture), and how many of their steps called their node
+    directly (``called``) and landed directly (``landed``: the node returned a plain update)."""
+
+    direct: bool
+    called: int = 0
+    landed: int = 0
+
+    def check(self, *, lands: bool = True) -> None:
+        """Fail unless the runs took the path meant: direct calls (and, with ``lands``, direct landings) on the
+        direct path, none on the general one."""
+        if not self.direct:
+            assert self.called == self.landed == 0, f"{self} with the direct step turned off"
+            return
+        assert self.called > 0, "no step called its node directly"
+        assert self.landed > 0 or not lands, "no step landed directly"
 
 
 class ReadCountingSaver(DelegatingSaver):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _support import StepPath
 
 import rxgraph.otel
 from rxgraph import CheckpointSaver, MemorySaver, SqliteSaver
@@ -24,6 +25,29 @@ SAVER_KINDS = ("memory", "sqlite", "postgres")
 POSTGRES_ENV = "RXGRAPH_TEST_POSTGRES"
 """A ``postgresql://`` URL of a server (and a database on it) the tests may use; its user must be allowed to create
 databases. Without it, the tests start a throwaway cluster of their own with ``.ci/postgres``."""
+
+
+@pytest.fixture(params=("direct", "general"))
+def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> StepPath:
+    """Runs the test twice: with the run's direct step (its fast path for a one-node superstep, see ``Run._drive``)
+    and with every superstep on the general path. Both must behave alike; ``StepPath.check`` says the path was taken."""
+    from rxgraph.graph import _landing, _run
+
+    path = StepPath(direct=request.param == "direct")
+    monkeypatch.setattr(_run, "DIRECT_STEPS", path.direct)
+    land_step, call_unanswered = _landing.Landing.step, _run.call_unanswered
+
+    def landed(landing: _landing.Landing, name: str, update: dict[str, Any] | None) -> bool:
+        path.landed += 1
+        return land_step(landing, name, update)
+
+    def called(node: str, action: Callable[..., Any], *args: Any) -> Any:
+        path.called += 1
+        return call_unanswered(node, action, *args)
+
+    monkeypatch.setattr(_landing.Landing, "step", landed)
+    monkeypatch.setattr(_run, "call_unanswered", called)
+    return path
 
 
 @pytest.fixture(autouse=True)

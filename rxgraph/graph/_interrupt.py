@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .._frozen import freeze
@@ -20,6 +21,7 @@ __all__ = [
     "InterruptWhen",
     "ParentCommand",
     "PendingInterrupt",
+    "call_unanswered",
     "current_call",
     "enter_scope",
     "in_node_call",
@@ -149,14 +151,21 @@ NO_CALL = CallScope()
 
 class _Scope:
     """The ``interrupt()`` calls of one node call: what it was given, how many answers it used, and whether one of
-    them stopped it (raised ``NodeInterrupt``)."""
+    them stopped it (raised ``NodeInterrupt``).
 
-    __slots__ = ("asked", "call", "used")
+    Made for every node call, so made cheaply: no ``__init__``, the class's values stand until ``interrupt()`` (or
+    ``_scope_of``) sets the instance's own."""
 
-    def __init__(self, call: CallScope) -> None:
-        self.call = call
-        self.used = 0
-        self.asked = False
+    call: CallScope = NO_CALL
+    used: int = 0
+    asked: bool = False
+
+
+def _scope_of(call: CallScope) -> _Scope:
+    scope = _Scope()
+    if call is not NO_CALL:
+        scope.call = call
+    return scope
 
 
 _scope: ContextVar[_Scope | None] = ContextVar("rxgraph_interrupt_scope", default=None)
@@ -197,7 +206,7 @@ def interrupt(value: Any = None) -> Any:
 
 def enter_scope(call: CallScope = NO_CALL) -> Any:
     """Open the scope of one node call; returns the token ``leave_scope`` takes."""
-    return _scope.set(_Scope(call))
+    return _scope.set(_scope_of(call))
 
 
 def leave_scope(token: Any) -> None:
@@ -213,16 +222,42 @@ def returned(node: str) -> None:
     """
     scope = _scope.get()
     if scope is not None and scope.asked:
-        raise InterruptSwallowedError(
-            f"node {node!r} called interrupt() and then returned: the NodeInterrupt it raised was caught (an "
-            "`except Exception` around the call?), which would run the node on as if the human had answered. Let "
-            "it propagate: catch narrower exceptions, or re-raise NodeInterrupt",
-            node=node,
-        )
+        raise _swallowed(node)
+
+
+def _swallowed(node: str) -> InterruptSwallowedError:
+    return InterruptSwallowedError(
+        f"node {node!r} called interrupt() and then returned: the NodeInterrupt it raised was caught (an "
+        "`except Exception` around the call?), which would run the node on as if the human had answered. Let "
+        "it propagate: catch narrower exceptions, or re-raise NodeInterrupt",
+        node=node,
+    )
+
+
+def call_unanswered(node: str, action: Callable[..., Any], *args: Any) -> Any:
+    """``action(*args)`` for node ``node`` in a scope of its own that answers nothing (``NO_CALL``), its result
+    checked: what ``enter_scope(NO_CALL)``, ``scoped(action(*args), NO_CALL, node)`` and ``leave_scope`` do, in one
+    call (the run's direct step makes one per step).
+
+    Raises:
+        InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
+        Exception: what the action raised.
+    """
+    scope = _Scope()
+    token = _scope.set(scope)
+    try:
+        result = action(*args)
+    finally:
+        _scope.reset(token)
+    if isinstance(result, CoroutineType):
+        return _in_scope(result, NO_CALL, node)
+    if scope.asked:
+        raise _swallowed(node)
+    return result
 
 
 async def _in_scope(coroutine: Coroutine[Any, Any, Any], call: CallScope, node: str) -> Any:
-    token = _scope.set(_Scope(call))
+    token = _scope.set(_scope_of(call))
     try:
         result = await coroutine
         returned(node)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast, get_args, get_origin, get_type_hints
@@ -143,6 +143,13 @@ class NodeSpec:
     subgraph: bool = False  # a compiled graph: its chunks are SubgraphEvents carrying the updates
     destinations: tuple[str, ...] = ()  # where a Command it returns may send the run, declared or annotated
     reads: Callable[[Mapping[str, Any]], Any] | None = None  # what the action receives of the state, if not all of it
+    # Called straight from the run's own flow, as it is: no scheduler, no RunInfo, no policies, not a subgraph (the
+    # run's direct step, see ``Run._direct_step``).
+    direct: bool = field(init=False, repr=False, compare=False, default=False)
+
+    def __post_init__(self) -> None:
+        plain = self.scheduler is None and self.run_info is None and self.retry is None and self.timeout is None
+        object.__setattr__(self, "direct", plain and not self.subgraph)
 
     @classmethod
     def of(

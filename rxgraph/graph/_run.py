@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +53,19 @@ from ._admission import Admission
 from ._config import RunnableConfig
 from ._edges import task_node
 from ._hops import Hops
-from ._interrupt import NO_CALL, CallScope, Command, PendingInterrupt, enter_scope, leave_scope, scoped
+from ._interrupt import (
+    NO_CALL,
+    CallScope,
+    Command,
+    PendingInterrupt,
+    call_unanswered,
+    enter_scope,
+    leave_scope,
+    scoped,
+)
+from ._landing import Landing
 from ._node import LATER, UPDATE, NodeSpec, classify
-from ._outputs import InterruptOutput, NodeOutput, RunOutput, node_update
+from ._outputs import RunOutput
 from ._run_end import RunEnd
 from ._run_info import RunInfo, for_call
 from ._slots import slots_for
@@ -64,8 +74,6 @@ from ._start import take_position
 from ._steps import COMPLETED_WHILE_SUBSCRIBING, SUBSCRIBING, WAITING, LateResult, Step, Superstep, called_on
 from ._transition import (
     Position,
-    after_superstep,
-    plain_update,
 )
 from ._writer import ThreadWriter
 
@@ -75,6 +83,10 @@ if TYPE_CHECKING:
 __all__ = ["Run"]
 
 _NO_ANSWERS: Mapping[int, PendingInterrupt] = MappingProxyType({})
+
+DIRECT_STEPS = True
+"""Whether a run takes the direct step (``Run._drive``) for the supersteps it fits. Always on; the tests turn it off
+to check the general path gives the same runs."""
 
 
 class Run:
@@ -98,6 +110,7 @@ class Run:
         "hops",
         "info",
         "input",
+        "landing",
         "observer",
         "on_final_state",
         "on_updates",
@@ -151,6 +164,7 @@ class Run:
         self.emitting = False  # an output is being handed to the subscriber right now
         self.hops = Hops(self, self.scheduler)
         self.end = RunEnd(self)
+        self.landing = Landing(self)
         # Traced from its subscription (now): its span's parent is the span current here, the subscriber's. A
         # subgraph's run (told its updates) is traced inside its node's span, and counted with its parent.
         reporting = telemetry()
@@ -255,7 +269,7 @@ class Run:
         while not self.closed:
             at = self.at
             if at.stop is not None:
-                self._stop(at.stop)
+                self.landing.stop(at.stop)
                 return
             tasks = at.tasks
             if not tasks:
@@ -272,12 +286,39 @@ class Run:
                 continue
             node = nodes[tasks[0]]
             state_view = MappingProxyType(at.state)
-            step = self.step = Step(self, node, state_view) if node.run_info is not None else None  # it may write
-            try:
-                kind, result = self.open_step(node, state_view, 0, step)
-            except Exception as error:
-                self.end.node_failed(error, 0, node.name)
-                return
+            direct = node.direct and self.trace is None and self.answering is _NO_ANSWERS and not at.progress
+            if direct and DIRECT_STEPS:
+                # The direct step (chosen once per superstep): a plain node this run answers nothing in, called as it
+                # is; a plain update (a dict, or None) lands with ``after_step``. What else it returns goes on below,
+                # as the general path's ``open_step`` would have classified it.
+                self.step = step = None
+                kind: object
+                try:
+                    view = state_view if node.reads is None else node.reads(state_view)
+                    if node.takes_config:
+                        result = call_unanswered(node.name, node.action, view, self.config)
+                    else:
+                        result = call_unanswered(node.name, node.action, view)
+                    if result is None or type(result) is dict:
+                        kind = None
+                    else:
+                        kind = classify(node.name, result)
+                        if kind is LATER:
+                            result = from_awaitable(result, self.info.loop)
+                except Exception as error:
+                    self.end.node_failed(error, 0, node.name)
+                    return
+                if kind is None:
+                    if not self.landing.step(node.name, result):
+                        return
+                    continue
+            else:
+                step = self.step = Step(self, node, state_view) if node.run_info is not None else None  # it may write
+                try:
+                    kind, result = self.open_step(node, state_view, 0, step)
+                except Exception as error:
+                    self.end.node_failed(error, 0, node.name)
+                    return
             if kind is UPDATE:
                 # The zero-chunk case of the same step: straight to the tail (once its call's writes ended).
                 if (step is not None and not step.end_writes()) or not self._tail(node, (result,)):
@@ -356,7 +397,7 @@ class Run:
             return False
         finished = [(task_node(task), updates or ()) for task, updates in zip(group.tasks, group.results, strict=True)]
         self.group = None
-        return self._land(finished, tuple(update for _, updates in finished for update in updates))
+        return self.landing.land(finished, tuple(update for _, updates in finished for update in updates))
 
     def step_completed(self, step: Step) -> None:
         """A step's stream completed (on whatever thread it completed on)."""
@@ -390,69 +431,7 @@ class Run:
         """Land a one-node superstep. Returns False when the run ended (cancelled, failed) and must not go on."""
         if self.closed or self.writer.cancelled:
             return False
-        return self._land(((node.name, updates),), tuple(updates))
-
-    def _land(self, finished: Sequence[tuple[str, Sequence[Any]]], updates: tuple[Any, ...]) -> bool:
-        """The end of a superstep (one step or several tasks): move to the next position, write its checkpoint,
-        then a ``NodeOutput`` per task. False when the run ended (failed, or cancelled under the write lock)."""
-        writer = self.writer
-        try:
-            at = after_superstep(self.spec, self.at, finished)
-            node = finished[0][0] if len(finished) == 1 else ",".join(dict.fromkeys(name for name, _ in finished))
-            checkpoint = writer.commit_position(at, node=node, source="loop")
-        except Exception as error:
-            self.end.fail(error)
-            return False
-        if checkpoint is None and writer.saver is not None:
-            return False  # cancelled under the write lock
-        if self.trace is not None:
-            self.trace.landed(checkpoint.id if checkpoint is not None else None)
-        self.at = at
-        if self.on_updates is not None:
-            try:
-                # A subgraph's parent saving its progress (its write may fail); a Command's goto stays inside.
-                self.on_updates(tuple(plain_update(update) for update in updates))
-            except Exception as error:
-                self.end.fail(error)
-                return False
-        schema = self.spec.schema
-        checkpoint_id = checkpoint.id if checkpoint is not None else None
-        if schema.output_keys is None:  # the outputs show the whole state: nothing to leave out
-            view = MappingProxyType(at.state)
-            return all(
-                self._emit(NodeOutput(n, view, checkpoint_id=checkpoint_id, update=node_update(u))) for n, u in finished
-            )
-        shown = schema.shown(MappingProxyType(at.state))
-        return all(
-            self._emit(NodeOutput(n, shown, checkpoint_id=checkpoint_id, update=schema.shown_update(node_update(u))))
-            for n, u in finished
-        )
-
-    def _stop(self, stop: PendingInterrupt) -> None:
-        """The run reached an ``interrupt_before`` / ``interrupt_after`` stop (its checkpoint is written): say so,
-        and end as a completed run."""
-        if self._emit(InterruptOutput(stop.node, self.spec.schema.shown(MappingProxyType(self.at.state)), stop)):
-            self.end.complete()
-
-    def _emit(self, output: RunOutput) -> bool:
-        """Hand an output to the subscriber unless the run was cancelled; False when the run must stop."""
-        self.emitting = True  # before the flags are read: see RunEnd.preempt
-        if self.writer.cancelled:
-            self._emitted()
-            return False
-        try:
-            self.observer.on_next(output)
-        except Exception as error:
-            self.emitting = False
-            self.end.subscriber_failed(error)
-            return False
-        self._emitted()
-        return True
-
-    def _emitted(self) -> None:
-        self.emitting = False
-        if self.end.late_error is not None:
-            self.end.deliver_late_error()
+        return self.landing.land(((node.name, updates),), tuple(updates))
 
 
 def _too_many_steps(run: Run, name: str) -> GraphRecursionError:

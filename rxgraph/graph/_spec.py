@@ -16,6 +16,7 @@ from ._state import StateSchema
 __all__ = ["GraphSpec"]
 
 _NO_PROGRESS: JoinProgress = MappingProxyType({})
+_NO_NEXT: Mapping[str, tuple[Task, ...]] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +34,19 @@ class GraphSpec:
     interrupt_after: frozenset[str] = frozenset()
     max_concurrency: int | None = None
     _joined: frozenset[str] = field(init=False, repr=False, default=frozenset())
+    # The next superstep's tasks after a node whose only way out is an edge (in a graph without joins): the same
+    # tasks ``advance((node,), ...)`` gives for any state, computed once.
+    static_next: Mapping[str, tuple[Task, ...]] = field(init=False, repr=False, default_factory=lambda: _NO_NEXT)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_joined", frozenset(s for join in self.joins for s in join.sources))
+        if not self.joins:
+            fixed = {
+                name: ways[0].next_tasks({}, self.nodes)  # an edge reads no state
+                for name, ways in self.branches.items()
+                if len(ways) == 1 and ways[0].target is not None
+            }
+            object.__setattr__(self, "static_next", MappingProxyType(fixed))
 
     def advance(
         self, finished: Sequence[str], state: Mapping[str, Any], progress: JoinProgress = _NO_PROGRESS

@@ -40,6 +40,7 @@ __all__ = [
     "after_command",
     "after_input",
     "after_resume",
+    "after_step",
     "after_superstep",
     "after_update",
     "check_resumable",
@@ -51,6 +52,7 @@ _NO_JOINS: JoinProgress = MappingProxyType({})
 _NO_PROGRESS: Mapping[int, Mapping[str, Any]] = MappingProxyType({})
 _NO_DONE: Mapping[int, tuple[Any, ...]] = MappingProxyType({})
 _NO_ANSWERS: Mapping[int, PendingInterrupt] = MappingProxyType({})
+_new_tuple = tuple.__new__
 
 Updates = Sequence[tuple[str, Sequence[Mapping[str, Any] | Command[Any] | None]]]
 """What a superstep's tasks returned: ``(node, its updates)`` per task, in task order (a ``Command`` among them
@@ -264,6 +266,27 @@ def after_superstep(spec: GraphSpec, at: Position, finished: Updates) -> Positio
     if goto:
         tasks = _with_goto(spec, tasks, goto)
     return Position(state, tasks, joins, _stop_after(spec, nodes, tasks), _NO_PROGRESS)
+
+
+def after_step(spec: GraphSpec, at: Position, node: str, update: dict[str, Any] | None) -> Position:
+    """``after_superstep(spec, at, ((node, (update,)),))`` for the commonest superstep: one node that returned a plain
+    update (a ``dict``, or None), from a position with no subgraph progress. The same position, with less work: an
+    empty update keeps the state itself (states are never changed in place), and a node whose only way out is an edge
+    takes its next tasks from ``GraphSpec.static_next``.
+
+    Raises:
+        InvalidUpdateError: the update does not fit the state's strategies.
+        RouteError: a route returned something that is not one of its labels.
+    """
+    state = spec.schema.merge(at.state, update, node=node) if update else at.state
+    tasks = spec.static_next.get(node)
+    if tasks is None:
+        tasks, joins = spec.advance((node,), state, at.joins)
+    else:
+        joins = at.joins
+    stop = _stop_after(spec, (node,), tasks) if spec.interrupt_after or spec.interrupt_before else None
+    # Position(state, tasks, joins, stop), without the named tuple's Python-level __new__ (one per step).
+    return _new_tuple(Position, (state, tasks, joins, stop, _NO_PROGRESS, _NO_DONE, ()))
 
 
 def plain_update(update: Mapping[str, Any] | Command[Any] | None) -> Mapping[str, Any] | None:

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 import pytest
 import reactivex as rx
 from _reference_runner import reference_stream
+from _support import StepPath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -227,7 +228,7 @@ def _on_the_pool(pool: ThreadPoolExecutor, update: dict[str, Any]) -> rx.Observa
     """An update computed on a pool thread, whose completion always arrives on that thread: the job finishes only
     once the subscription has registered for it."""
     registered = threading.Event()
-    future = pool.submit(lambda: (registered.wait(10), update)[1])
+    future = pool.submit(lambda: (registered.wait(60), update)[1])
 
     def subscribe(observer: Any, scheduler: Any = None) -> DisposableBase:
         subscription = rx.from_future(future).subscribe(observer)
@@ -474,7 +475,7 @@ def _one_turn(
         # Subscribed inside a trampoline action, as from any operator: subscribe() returns before the run
         # starts, so on_next can dispose the subscription it returned.
         CurrentThreadScheduler.singleton().schedule(subscribe)
-    assert ended.wait(10), f"turn {turn} never ended"
+    assert ended.wait(60), f"turn {turn} never ended"
 
 
 def _observe(case: Case, runner: Runner) -> dict[str, Any]:
@@ -694,22 +695,25 @@ def _at_least(compared: Compared, **minimum: int) -> None:
     assert not short, f"too few compared cases {short} (at least {minimum}): {compared}"
 
 
-def test_the_runner_matches_the_reference_in_virtual_time() -> None:
+def test_the_runner_matches_the_reference_in_virtual_time(step_path: StepPath) -> None:
     compared = _compare_generated("virtual", 70)
     _at_least(compared, cases=360, parallel=170, sends_kept=150, joins_kept=70, commands=110, typed=180)
     _at_least(compared, done_kept=2, private_seen=20, refused=10)
+    step_path.check()
 
 
-def test_the_runner_matches_the_reference_on_synchronous_graphs() -> None:
+def test_the_runner_matches_the_reference_on_synchronous_graphs(step_path: StepPath) -> None:
     compared = _compare_generated("sync", 100)
     _at_least(compared, cases=245, parallel=140, sends_kept=100, joins_kept=80, commands=145, typed=125)
     _at_least(compared, done_kept=6, commands_kept=3, sends_in_kept=2, private_seen=10, refused=10)
+    step_path.check()
 
 
-def test_the_runner_matches_the_reference_with_nodes_on_a_thread_pool() -> None:
+def test_the_runner_matches_the_reference_with_nodes_on_a_thread_pool(step_path: StepPath) -> None:
     compared = _compare_generated("pool", 50)
     _at_least(compared, cases=210, parallel=130, sends_kept=85, joins_kept=70, commands=80, typed=90)
     _at_least(compared, done_kept=14, commands_kept=3, private_seen=5)
+    step_path.check()
 
 
 def test_the_reference_itself_stops_a_synchronous_run_with_take() -> None:

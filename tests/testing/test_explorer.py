@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import reactivex as rx
+from _support import StepPath
 from _weather_turn import ANSWER, TOOL_CALL, get_weather
 from reactivex import operators as ops
 
@@ -33,12 +34,15 @@ def _one_tool_call(saver: CheckpointSaver, **kwargs: Any) -> ReactAgent:
     )
 
 
-def test_one_tool_call_has_no_violations_in_any_mode(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_one_tool_call_has_no_violations_in_any_mode(
+    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath
+) -> None:
     report = explore_cancellations(
         _one_tool_call, ["What's the weather in Paris?"], modes=ALL_MODES, saver_factory=saver_factory
     )
     assert report.ok, str(report)
     assert len(report.points) > 30
+    step_path.check(lands=False)
 
 
 def test_two_tool_calls_in_one_message_have_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
@@ -121,7 +125,9 @@ def test_a_graph_that_loses_committed_turns_is_reported(saver_factory: Callable[
     assert "a committed turn was lost" in {v.invariant for v in report.violations}
 
 
-def test_a_plain_graph_without_messages_is_explored_too(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_a_plain_graph_without_messages_is_explored_too(
+    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath
+) -> None:
     def make(saver: CheckpointSaver) -> Any:
         return (
             StateGraph({"log": KeyStrategy.APPEND})
@@ -134,6 +140,7 @@ def test_a_plain_graph_without_messages_is_explored_too(saver_factory: Callable[
         )
 
     assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=ALL_MODES, saver_factory=saver_factory)
+    step_path.check(lands=False)  # its nodes stream: called directly, landed by the general tail
 
 
 def test_bad_arguments() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import reactivex as rx
+from _support import StepPath
 from _weather_turn import ANSWER, get_weather
 from reactivex import operators as ops
 
@@ -24,7 +25,9 @@ def send_email(to: str) -> rx.Observable[str]:
     return rx.timer(2.0).pipe(ops.map(lambda _: f"sent to {to}"))
 
 
-def test_an_interrupt_then_its_resume_has_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_an_interrupt_then_its_resume_has_no_violations(
+    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath
+) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         call = marbles("-a-b|", a=tool_call("c1", "send_email", '{"to": "ada"}'), b=finish("tool_calls"))
         model = ScriptedChatModel([call, ANSWER, [text("ok")], [text("ok again")]])
@@ -34,6 +37,7 @@ def test_an_interrupt_then_its_resume_has_no_violations(saver_factory: Callable[
         make, ["Email Ada", Command(resume={"c1": Approve()})], modes=ALL_MODES, saver_factory=saver_factory
     )
     assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 40
+    step_path.check(lands=False)
 
 
 def _timed(name: str, ticks: float) -> Callable[[Any], rx.Observable[dict[str, Any]]]:
