@@ -106,23 +106,44 @@ def new_checkpoint(
     Returns:
         The checkpoint. Nothing is checked, so nothing is raised.
     """
-    return Checkpoint.model_construct(
-        id=id,
-        thread_id=thread_id,
-        seq=seq,
-        parent_id=parent_id,
-        values=values,
-        node=node,
-        next=next,
-        run_id=run_id,
-        source=source,
-        created_at=created_at if created_at is not None else datetime.now(UTC),
-        safe=safe,
-        unsafe_reason=unsafe_reason,
-        rolled_back_from=rolled_back_from,
-        error=error,
-        pending=pending or None,
+    # What Checkpoint.model_construct(...) of every field makes, field for field (the instance's __dict__ in the
+    # fields' order, all of them set, no extra, no private), without its loop over the fields' aliases and defaults:
+    # one is built per step. tests/checkpoint/test_new_checkpoint.py compares the two on generated fields.
+    checkpoint = _new_model(Checkpoint)
+    _set(
+        checkpoint,
+        "__dict__",
+        {
+            "id": id,
+            "thread_id": thread_id,
+            "seq": seq,
+            "parent_id": parent_id,
+            "values": values,
+            "node": node,
+            "next": next,
+            "run_id": run_id,
+            "source": source,
+            "created_at": created_at if created_at is not None else datetime.now(UTC),
+            "safe": safe,
+            "unsafe_reason": unsafe_reason,
+            "rolled_back_from": rolled_back_from,
+            "error": error,
+            "pending": pending or None,
+        },
     )
+    _set(checkpoint, "__pydantic_fields_set__", set(_FIELDS))
+    _set(checkpoint, "__pydantic_extra__", None)
+    _set(checkpoint, "__pydantic_private__", None)
+    return checkpoint
+
+
+_new_model = BaseModel.__new__
+_set = object.__setattr__
+_FIELDS = tuple(Checkpoint.model_fields)
+# new_checkpoint builds what model_construct would only as long as these hold (a model with a post-init hook, private
+# attributes or extra fields is built otherwise).
+assert not Checkpoint.__pydantic_post_init__ and not Checkpoint.__private_attributes__
+assert Checkpoint.model_config.get("extra") != "allow" and not Checkpoint.__pydantic_root_model__
 
 
 class CheckpointSaver(abc.ABC):

@@ -13,7 +13,6 @@ turn boundary.
 from __future__ import annotations
 
 import contextvars
-import uuid
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -31,6 +30,7 @@ from ._config import RunnableConfig
 from ._interrupt import CallScope, Command, ParentCommand, current_call
 from ._outputs import InterruptOutput, NodeOutput, RunOutput, SubgraphEvent
 from ._state import KeyReducer, KeyStrategy, StateSchema
+from ._writer import new_id
 
 __all__ = ["SubgraphNode"]
 
@@ -115,7 +115,7 @@ class SubgraphNode:
             # Resumed: put the inner run back where it stopped (or last saved its progress), and answer it.
             saver.put(
                 new_checkpoint(
-                    id=uuid.uuid4().hex,
+                    id=new_id(),
                     thread_id=thread,
                     seq=1,
                     values=self._values(state, stored["updates"]),

@@ -14,6 +14,7 @@ tail of its step at any moment. The writer makes such late completions harmless:
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Mapping
@@ -27,9 +28,15 @@ from ._safety import HistorySafety
 if TYPE_CHECKING:
     from ._transition import Position
 
-__all__ = ["ThreadWriter"]
+__all__ = ["ThreadWriter", "new_id"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def new_id() -> str:
+    """A new checkpoint id: 128 random bits as 32 hex digits (a uuid4's shape, with six more random bits), at a
+    fifth of ``uuid.uuid4().hex``'s cost; one is made per write."""
+    return os.urandom(16).hex()
 
 
 class ThreadWriter:
@@ -212,7 +219,7 @@ class ThreadWriter:
         saver, thread_id, head = self.saver, self.thread_id, self.head
         assert saver is not None and thread_id is not None
         checkpoint = new_checkpoint(
-            id=uuid.uuid4().hex,
+            id=new_id(),
             thread_id=thread_id,
             seq=head.seq + 1 if head is not None else 1,
             parent_id=parent_id,
