@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Landed", "Landing"]
 
+_new = object.__new__
+
 
 class Landed(Protocol):
     """What a landing needs of its run (``Run``): where it stands (which the landing moves on), what it writes with,
@@ -83,13 +85,14 @@ class Landing:
         if run.on_updates is not None or run.spec.schema.output_keys is not None or run.trace is not None:
             return self._landed(at, checkpoint, ((name, (update,)),), (update,))
         # What _landed does for a run that tells no parent, shows the whole state and is not traced.
-        if checkpoint is None:
-            if writer.saver is not None:
-                return False  # cancelled under the write lock
-            run.at = at
-            return self.emit(NodeOutput(name, MappingProxyType(at.state), update=update))
+        if checkpoint is None and writer.saver is not None:
+            return False  # cancelled under the write lock
         run.at = at
-        return self.emit(NodeOutput(name, MappingProxyType(at.state), checkpoint_id=checkpoint.id, update=update))
+        # NodeOutput(name, view, checkpoint_id=..., update=update), its four stores without the Python __init__.
+        output = _new(NodeOutput)
+        output._node, output._state, output._update = name, MappingProxyType(at.state), update
+        output._checkpoint_id = checkpoint.id if checkpoint is not None else None
+        return self.emit(output)
 
     def land(self, finished: Sequence[tuple[str, Sequence[Any]]], updates: tuple[Any, ...]) -> bool:
         """The end of a superstep (one step or several tasks; ``finished``: each task's node and updates, in task

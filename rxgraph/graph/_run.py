@@ -265,7 +265,8 @@ class Run:
 
     def _drive(self) -> None:
         """Run supersteps until one has to wait for an asynchronous completion, or the run ended."""
-        nodes = self.spec.nodes
+        nodes, limit, landing = self.spec.nodes, self.config.recursion_limit, self.landing
+        direct_steps = DIRECT_STEPS and self.trace is None  # a traced run calls each node in its span
         while not self.closed:
             at = self.at
             if at.stop is not None:
@@ -275,7 +276,7 @@ class Run:
             if not tasks:
                 self.end.complete()
                 return
-            if self.steps >= self.config.recursion_limit:
+            if self.steps >= limit:
                 self.end.fail(_too_many_steps(self, task_node(tasks[0])))
                 return
             self.steps += 1
@@ -286,8 +287,7 @@ class Run:
                 continue
             node = nodes[tasks[0]]
             state_view = MappingProxyType(at.state)
-            direct = node.direct and self.trace is None and self.answering is _NO_ANSWERS and not at.progress
-            if direct and DIRECT_STEPS:
+            if direct_steps and node.direct and self.answering is _NO_ANSWERS and not at.progress:
                 # The direct step (chosen once per superstep): a plain node this run answers nothing in, called as it
                 # is; a plain update (a dict, or None) lands with ``after_step``. What else it returns goes on below,
                 # as the general path's ``open_step`` would have classified it.
@@ -309,7 +309,7 @@ class Run:
                     self.end.node_failed(error, 0, node.name)
                     return
                 if kind is None:
-                    if not self.landing.step(node.name, result):
+                    if not landing.step(node.name, result):
                         return
                     continue
             else:
