@@ -88,16 +88,22 @@ class Position(NamedTuple):
     @property
     def next_nodes(self) -> tuple[str, ...]:
         """A checkpoint's ``next`` here: the node of each task (a ``Send``'s too), in order."""
-        return tuple(task_node(task) for task in self.tasks)
+        tasks = self.tasks
+        for task in tasks:
+            if type(task) is not str:
+                return tuple(task_node(task) for task in tasks)
+        return tasks  # type: ignore[return-value]  # (every task a node's name: the tasks are the names)
 
     def pending(self) -> dict[str, Any] | None:
         """A checkpoint's ``pending`` here: the payloads of ``Send`` tasks (by their index in ``next``), the joins
         that are waiting, the stop, the subgraph tasks' progress, the finished tasks' updates. None when there is
         nothing."""
         pending: dict[str, Any] = {}
-        sends = [[index, task.arg] for index, task in enumerate(self.tasks) if type(task) is Send]
-        if sends:
-            pending["send"] = sends
+        tasks = self.tasks
+        for task in tasks:
+            if type(task) is not str:
+                pending["send"] = [[index, task.arg] for index, task in enumerate(tasks) if type(task) is Send]
+                break
         if self.joins:
             pending["joins"] = {str(index): sorted(sources) for index, sources in self.joins.items()}
         if self.stop is not None:
