@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -22,9 +24,10 @@ def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
     """Subscribe ``source`` when first iterated and yield its items on the running event loop, in order; raise its
     error; stop when it completes.
 
-    Items may come from any thread: each is handed to the loop with ``call_soon_threadsafe`` and waits in a queue
-    until the consumer asks for it. The queue is unbounded — a slow consumer loses nothing, and the source is never
-    slowed down (reactivex has no backpressure): what the source emits faster than it is consumed is held in memory.
+    Items may come from any thread: they are handed to the loop with ``call_soon_threadsafe`` (one wake-up for all
+    the items that arrive while one is on its way) and wait in a queue until the consumer asks for them. The queue
+    is unbounded — a slow consumer loses nothing, and the source is never slowed down (reactivex has no
+    backpressure): what the source emits faster than it is consumed is held in memory.
 
     The iterator is an async generator, and it ends the way one does. Exactly these dispose the subscription (for a
     run: cancel it and rewind its turn):
@@ -62,19 +65,15 @@ def to_async_iterator(source: Observable[_T]) -> AsyncIterator[_T]:
 
 async def _iterate(source: Observable[_T], creator: _Task | None) -> AsyncGenerator[_T, None]:
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    inbox = _Inbox(loop)
     ended = False
-
-    def _put(kind: int, value: Any) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
-
     subscription = source.subscribe(
-        lambda value: _put(_NEXT, value), lambda error: _put(_ERROR, error), lambda: _put(_DONE, None)
+        lambda value: inbox.put(_NEXT, value), lambda error: inbox.put(_ERROR, error), lambda: inbox.put(_DONE, None)
     )
     owners = _Owners(loop, subscription.dispose, creator)
     try:
         while True:
-            kind, value = await queue.get()
+            kind, value = await inbox.get()
             if kind == _NEXT:
                 owners.idle()
                 yield value
@@ -94,6 +93,50 @@ async def _iterate(source: Observable[_T], creator: _Task | None) -> AsyncGenera
         if owners.disposal is not None:
             # Shielded: a cancelled task still waits for the dispose (and a run's rewind) it started.
             await asyncio.shield(owners.disposal)
+
+
+class _Inbox:
+    """The items on their way to the loop, in order: put from any thread, taken on the loop.
+
+    A put wakes the loop (``call_soon_threadsafe``, a write to its self-pipe) only when no wake-up is on its way
+    already: the items a source emits while the loop is busy — a model's chunks while the server writes the last
+    one — go over with one wake-up, not one each.
+    """
+
+    __slots__ = ("_items", "_lock", "_loop", "_waiter", "_waking")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: deque[tuple[int, Any]] = deque()
+        self._lock = threading.Lock()
+        self._waking = False  # a wake-up is scheduled and has not run yet
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, kind: int, value: Any) -> None:
+        with self._lock:
+            self._items.append((kind, value))
+            if self._waking:
+                return  # the wake-up on its way runs after this item is in: the loop will see it
+            self._waking = True
+        self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._waking = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[int, Any]:
+        """The next item, waiting for it if none is there (on the loop; cancelling the wait leaves the items)."""
+        items = self._items
+        while not items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return items.popleft()
 
 
 class _Owners:
