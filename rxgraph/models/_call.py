@@ -13,14 +13,17 @@ __all__ = ["ModelCall"]
 
 class ModelCall:
     """One subscription's answer: the observer, which hears nothing once the subscription is disposed
-    (``cancelled``), and whether a chunk with the answer's finish reason came (``finished``)."""
+    (``cancelled``), whether a chunk with the answer's finish reason came (``finished``), and whether the observer
+    was told the end (``ended``: completed or failed; the reader has nothing left to do but close its stream, so a
+    dispose then need not stop it)."""
 
-    __slots__ = ("cancelled", "finished", "observer")
+    __slots__ = ("cancelled", "ended", "finished", "observer")
 
     def __init__(self, observer: abc.ObserverBase[ChatChunk]) -> None:
         self.observer = observer
         self.cancelled = False
         self.finished = False
+        self.ended = False
 
     def emit(self, chunk: ChatChunk) -> bool:
         """Hand ``chunk`` on; False when the subscription was disposed (the reader stops)."""
@@ -41,8 +44,10 @@ class ModelCall:
 
     def complete(self) -> None:
         if not self.cancelled:
+            self.ended = True
             self.observer.on_completed()
 
     def fail(self, error: Exception) -> None:
         if not self.cancelled:
+            self.ended = True
             self.observer.on_error(error)

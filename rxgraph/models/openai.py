@@ -327,6 +327,8 @@ class _Call(ModelCall):
     def cancel(self, stop: Any) -> None:
         with self._lock:
             self.cancelled = True
+            if self.ended:
+                return  # the dispose that follows the end: the reader closes its stream and keeps the connection
             stream, self._stream = self._stream, None
             if stream is not None:
                 _abort(stream)

@@ -321,7 +321,9 @@ class ServedRequest:
     """One request the server received, and how its answer went.
 
     - ``index``: its place among the server's requests; ``body``: its JSON as sent (None when it was not JSON);
-      ``headers``: its headers, names in lower case; ``stream``: whether it asked for a streamed answer.
+      ``headers``: its headers, names in lower case; ``stream``: whether it asked for a streamed answer; ``client``:
+      the client's address ``(host, port)`` as the server saw it (two requests from one port came over one
+      connection, kept alive between them).
     - ``status``: the HTTP status answered (None until then); ``error``: the error body answered, if any; ``reply``:
       the script's reply it got, if any.
     - ``outcome`` (see ``Outcome``) and ``ended``, a ``threading.Event`` set when the outcome is final (for an answer
@@ -330,10 +332,13 @@ class ServedRequest:
       so far; ``wait_for_chunks(n)`` waits until that many were sent.
     """
 
-    def __init__(self, index: int, body: Any, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, index: int, body: Any, headers: Mapping[str, str], client: tuple[str, int] | None = None
+    ) -> None:
         self.index = index
         self.body = body
         self.headers = dict(headers)
+        self.client = client
         self.stream = isinstance(body, dict) and body.get("stream") is True
         self.status: int | None = None
         self.error: dict[str, Any] | None = None
@@ -1016,7 +1021,8 @@ class ChatCompletionsServer:
         except ValueError:
             body = None
         with self._arrivals:
-            served = ServedRequest(len(self._requests), body, request.headers)
+            peer = request.client
+            served = ServedRequest(len(self._requests), body, request.headers, (peer.host, peer.port) if peer else None)
             self._requests.append(served)
             self._arrivals.notify_all()
         if body is None:

@@ -268,6 +268,21 @@ def test_a_disposed_stream_leaves_the_client_usable(make_client: Callable[..., C
         assert Collector(model.stream(HI, ())).message().content == "next"
 
 
+def test_an_answer_read_to_its_end_leaves_its_connection_for_the_next_request() -> None:
+    # The dispose that follows the completion (reactivex disposes a subscription once it completed) must not cancel
+    # the reader: it closes the finished stream itself, and the client's pool keeps the connection alive. (The async
+    # client, as a server uses it; the blocking client opens a connection per request against this server anyway.)
+    with ChatCompletionsServer([Reply("one"), Reply("two"), Reply("three")]) as server:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        model = OpenAIChatModel(client, "m")
+        answers = [Collector(model.stream(HI, ())).message().content for _ in range(3)]
+        clients = {server.request(index).client for index in range(3)}
+        asyncio.run_coroutine_threadsafe(client.close(), background_loop()).result(5)
+
+    assert answers == ["one", "two", "three"]
+    assert len(clients) == 1 and None not in clients, clients
+
+
 # -- where it runs -----------------------------------------------------------------------------------------------
 
 
