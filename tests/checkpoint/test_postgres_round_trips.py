@@ -125,7 +125,7 @@ def _count(round_trips: RoundTrips, schema: str, what: str, turn: Callable[[], N
     return sum(counts.values()), counts
 
 
-def _warm(app: Any, saver: PostgresSaver) -> None:
+def _warm(app: Any) -> None:
     """Open what a saver opens once (the run locks, the listener) and let psycopg prepare the statements a turn
     repeats (on its sixth run): a turn measured afterwards counts what every turn costs."""
     for _ in range(6):
@@ -137,7 +137,7 @@ def test_a_turn_costs_four_round_trips_and_one_more_per_further_node(
     nodes: int, saver: PostgresSaver, postgres_schema: str, round_trips: RoundTrips
 ) -> None:
     app = _chain(saver, nodes)
-    _warm(app, saver)
+    _warm(app)
     first, by_role = _count(round_trips, postgres_schema, f"{nodes}-node turn, first", _turn(app, "t"))
     # The claim and the release on the run locks' connection; one statement per checkpoint on the pool's.
     assert by_role.get(f"rxgraph run locks ({postgres_schema})") == 2
@@ -160,19 +160,21 @@ def test_a_later_turn_started_by_a_fresh_saver_reads_the_head_through_the_claim(
     _turn(app, "t")()
     with PostgresSaver(postgres_server, schema=postgres_schema, timeout=60) as other:
         other_app = _chain(other, 1)
-        _warm(other_app, other)
+        _warm(other_app)
         total, by_role = _count(round_trips, postgres_schema, "a fresh saver's turn", _turn(other_app, "t"))
     # The claim brought the head's row; its values, never seen by this saver, are read once (a blob-free state: the
     # list's items), and the turn goes on as any other.
     assert total <= 5, by_role
-    assert [m.content for m in saver.get("t").values["messages"]] == ["Hello?", "Sure.", "Hello?", "Sure."]  # type: ignore[union-attr]
+    head = saver.get("t")
+    assert head is not None
+    assert [m.content for m in head.values["messages"]] == ["Hello?", "Sure.", "Hello?", "Sure."]
 
 
 def test_a_cut_turn_rewinds_with_a_compare_and_set_in_a_transaction(
     saver: PostgresSaver, postgres_schema: str, round_trips: RoundTrips
 ) -> None:
     app = _chain(saver, 3)
-    _warm(app, saver)
+    _warm(app)
     _turn(app, "t")()
     before = saver.get("t")
     seen: list[NodeOutput] = []
@@ -190,3 +192,18 @@ def test_a_cut_turn_rewinds_with_a_compare_and_set_in_a_transaction(
     head = saver.get("t")
     assert head is not None and before is not None
     assert head.source == "rewind" and head.values == before.values
+
+
+def test_a_thread_id_that_needs_quoting_is_claimed_and_its_head_read_in_one_round_trip(
+    saver: PostgresSaver, postgres_schema: str, round_trips: RoundTrips
+) -> None:
+    # The claim's two statements are sent as one text, with the values quoted by psycopg (client-side binding).
+    thread_id = "it's a \\ 100% {odd} ünïcode thread; -- $1 %(thread)s"
+    app = _chain(saver, 1)
+    _warm(app)
+    _turn(app, thread_id)()
+    total, _ = _count(round_trips, postgres_schema, "a later turn of an odd thread id", _turn(app, thread_id))
+    assert total <= 4
+    head = saver.get(thread_id)
+    assert head is not None and head.thread_id == thread_id and head.seq == 4
+    assert saver.threads().count(thread_id) == 1
