@@ -37,13 +37,13 @@ def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(_run, "DIRECT_STEPS", path.direct)
     land_step, call_unanswered = _landing.Landing.step, _run.call_unanswered
 
-    def landed(landing: _landing.Landing, name: str, update: dict[str, Any] | None) -> bool:
+    def landed(landing: _landing.Landing, name: str, update: dict[str, Any] | None, view: Any) -> bool:
         path.landed += 1
-        return land_step(landing, name, update)
+        return land_step(landing, name, update, view)
 
-    def called(node: str, action: Callable[..., Any], *args: Any) -> Any:
+    def called(node: str, action: Callable[..., Any], state: Any, config: Any = None) -> Any:
         path.called += 1
-        return call_unanswered(node, action, *args)
+        return call_unanswered(node, action, state, config)
 
     monkeypatch.setattr(_landing.Landing, "step", landed)
     monkeypatch.setattr(_run, "call_unanswered", called)

@@ -234,10 +234,10 @@ def _swallowed(node: str) -> InterruptSwallowedError:
     )
 
 
-def call_unanswered(node: str, action: Callable[..., Any], *args: Any) -> Any:
-    """``action(*args)`` for node ``node`` in a scope of its own that answers nothing (``NO_CALL``), its result
-    checked: what ``enter_scope(NO_CALL)``, ``scoped(action(*args), NO_CALL, node)`` and ``leave_scope`` do, in one
-    call (the run's direct step makes one per step).
+def call_unanswered(node: str, action: Callable[..., Any], state: Any, config: Any = None) -> Any:
+    """``action(state)`` (``action(state, config)`` when a config is given) for node ``node`` in a scope of its own
+    that answers nothing (``NO_CALL``), its result checked: what ``enter_scope(NO_CALL)``, ``scoped(action(...),
+    NO_CALL, node)`` and ``leave_scope`` do, in one call (the run's direct step makes one per step).
 
     Raises:
         InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
@@ -246,13 +246,13 @@ def call_unanswered(node: str, action: Callable[..., Any], *args: Any) -> Any:
     scope = _Scope()
     token = _scope.set(scope)
     try:
-        result = action(*args)
+        result = action(state) if config is None else action(state, config)
     finally:
         _scope.reset(token)
-    if isinstance(result, CoroutineType):
-        return _in_scope(result, NO_CALL, node)
     if scope.asked:
         raise _swallowed(node)
+    if type(result) is CoroutineType:
+        return _in_scope(result, NO_CALL, node)
     return result
 
 

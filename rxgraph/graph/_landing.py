@@ -9,7 +9,7 @@ tests run both ways (the ``step_path`` fixture) against the same expectations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,9 +69,10 @@ class Landing:
     def __init__(self, run: Landed) -> None:
         self.run = run
 
-    def step(self, name: str, update: dict[str, Any] | None) -> bool:
-        """Land a direct step: node ``name`` returned ``update`` (a dict, or None). What ``land(((name, (update,)),),
-        (update,))`` does, its position made by ``after_step``."""
+    def step(self, name: str, update: dict[str, Any] | None, view: Mapping[str, Any]) -> bool:
+        """Land a direct step: node ``name`` returned ``update`` (a dict, or None) for the state ``view`` shows. What
+        ``land(((name, (update,)),), (update,))`` does, its position made by ``after_step``; an empty update keeps
+        the state, and its outputs show it through ``view``."""
         run = self.run
         writer = run.writer
         if run.closed or writer.cancelled:
@@ -90,7 +91,8 @@ class Landing:
         run.at = at
         # NodeOutput(name, view, checkpoint_id=..., update=update), its four stores without the Python __init__.
         output = _new(NodeOutput)
-        output._node, output._state, output._update = name, MappingProxyType(at.state), update
+        output._node, output._update = name, update
+        output._state = view if not update else MappingProxyType(at.state)  # (no update: after_step kept the state)
         output._checkpoint_id = checkpoint.id if checkpoint is not None else None
         return self.emit(output)
 

@@ -295,10 +295,7 @@ class Run:
                 kind: object
                 try:
                     view = state_view if node.reads is None else node.reads(state_view)
-                    if node.takes_config:
-                        result = call_unanswered(node.name, node.action, view, self.config)
-                    else:
-                        result = call_unanswered(node.name, node.action, view)
+                    result = call_unanswered(node.name, node.action, view, self.config if node.takes_config else None)
                     if result is None or type(result) is dict:
                         kind = None
                     else:
@@ -309,7 +306,7 @@ class Run:
                     self.end.node_failed(error, 0, node.name)
                     return
                 if kind is None:
-                    if not landing.step(node.name, result):
+                    if not landing.step(node.name, result, state_view):
                         return
                     continue
             else:
