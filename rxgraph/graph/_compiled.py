@@ -201,7 +201,8 @@ class CompiledGraph:
             done.set()
 
         # invoke() blocks this thread: coroutines of the run must not be awaited on a loop running here.
-        run = self._stream(input, config, final.append, await_here=False)
+        # Quiet: invoke hears the stops and the final state, not a NodeOutput per step.
+        run = self._stream(input, config, final.append, await_here=False, quiet=True)
         scheduler = config.scheduler
         if scheduler is None and not CurrentThreadScheduler.singleton().schedule_required():
             # A trampoline runs on this thread (this is a node of another run, or an operator's callback): the run
@@ -260,7 +261,7 @@ class CompiledGraph:
             Exception: whatever the run failed with.
         """
         final: list[Mapping[str, Any]] = []
-        async for _ in to_async_iterator(self._stream(input, self._off_the_loop(config), final.append)):
+        async for _ in to_async_iterator(self._stream(input, self._off_the_loop(config), final.append, quiet=True)):
             pass
         return dict(final[0])
 
@@ -279,6 +280,7 @@ class CompiledGraph:
         await_here: bool = True,
         on_updates: Callable[[tuple[Any, ...]], None] | None = None,
         shown_thread: object = _SAME,
+        quiet: bool = False,
     ) -> Observable[RunOutput]:
         config = self._check_config(config)
         # Snapshot the input now: a caller mutating its dict after assembly must not change what a later
@@ -301,7 +303,13 @@ class CompiledGraph:
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
             run = Run(
-                spec, frozen_input, run_config, on_final_state, running_loop() if await_here else None, on_updates
+                spec,
+                frozen_input,
+                run_config,
+                on_final_state,
+                running_loop() if await_here else None,
+                on_updates,
+                quiet=quiet,
             )
             if shown_thread is not _SAME:  # a subgraph's run: its nodes work for the parent's thread
                 run.info.thread_id = cast("str | None", shown_thread)

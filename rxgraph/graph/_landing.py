@@ -39,6 +39,9 @@ class Landed(Protocol):
     emitting: bool
 
     @property
+    def quiet(self) -> bool: ...
+
+    @property
     def spec(self) -> GraphSpec: ...
 
     @property
@@ -89,6 +92,8 @@ class Landing:
         if checkpoint is None and writer.saver is not None:
             return False  # cancelled under the write lock
         run.at = at
+        if run.quiet:
+            return not writer.cancelled  # where emit would have stopped
         # NodeOutput(name, view, checkpoint_id=..., update=update), its four stores without the Python __init__.
         output = _new(NodeOutput)
         output._node, output._update = name, update
@@ -131,6 +136,8 @@ class Landing:
             except Exception as error:
                 run.end.fail(error)
                 return False
+        if run.quiet:
+            return not run.writer.cancelled  # where emit would have stopped
         schema = run.spec.schema
         checkpoint_id = checkpoint.id if checkpoint is not None else None
         if schema.output_keys is None:  # the outputs show the whole state: nothing to leave out

@@ -114,6 +114,7 @@ class Run:
         "observer",
         "on_final_state",
         "on_updates",
+        "quiet",
         "resume",
         "scheduler",
         "spec",
@@ -131,10 +132,15 @@ class Run:
         on_final_state: Callable[[Mapping[str, Any]], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         on_updates: Callable[[tuple[Any, ...]], None] | None = None,
+        *,
+        quiet: bool = False,
     ) -> None:
         """``config.scheduler`` is the run's scheduler (the caller put the subscriber's there when the config had
         none); ``on_final_state`` is called with the final state right before ``on_completed``; ``loop`` is the
-        event loop the run was subscribed from, if any (where its coroutines are awaited)."""
+        event loop the run was subscribed from, if any (where its coroutines are awaited). A ``quiet`` run emits no
+        ``NodeOutput`` (its subscriber takes the final state and the stops only: ``invoke``, ``ainvoke``); it stops
+        where a run that emits them would stop."""
+        self.quiet = quiet
         self.spec = spec
         self.resume: Command[Any] | None = input if isinstance(input, Command) else None
         self.input = None if self.resume is not None else input
