@@ -302,15 +302,8 @@ class CompiledGraph:
             run_config = config
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
-            run = Run(
-                spec,
-                frozen_input,
-                run_config,
-                on_final_state,
-                running_loop() if await_here else None,
-                on_updates,
-                quiet=quiet,
-            )
+            loop = running_loop() if await_here else None
+            run = Run(spec, frozen_input, run_config, on_final_state, loop, on_updates, quiet=quiet)
             if shown_thread is not _SAME:  # a subgraph's run: its nodes work for the parent's thread
                 run.info.thread_id = cast("str | None", shown_thread)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
