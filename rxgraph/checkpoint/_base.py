@@ -131,7 +131,7 @@ def new_checkpoint(
             "pending": pending or None,
         },
     )
-    _set(checkpoint, "__pydantic_fields_set__", set(_FIELDS))
+    _set(checkpoint, "__pydantic_fields_set__", _FIELDS.copy())  # its own set, as model_construct gives it
     _set(checkpoint, "__pydantic_extra__", None)
     _set(checkpoint, "__pydantic_private__", None)
     return checkpoint
@@ -139,7 +139,7 @@ def new_checkpoint(
 
 _new_model = BaseModel.__new__
 _set = object.__setattr__
-_FIELDS = tuple(Checkpoint.model_fields)
+_FIELDS = set(Checkpoint.model_fields)
 # new_checkpoint builds what model_construct would only as long as these hold (a model with a post-init hook, private
 # attributes or extra fields is built otherwise).
 assert not Checkpoint.__pydantic_post_init__ and not Checkpoint.__private_attributes__

@@ -61,4 +61,6 @@ def test_what_it_builds_behaves_as_a_checkpoint() -> None:
     copied = built.model_copy(update={"seq": 2})
     assert copied.seq == 2 and built.seq == 1 and copied.model_fields_set == built.model_fields_set
     assert built.model_fields_set is not copied.model_fields_set
+    other = new_checkpoint(id="c2", thread_id="t", seq=2, values=MappingProxyType({}), run_id="r", source="loop")
+    assert other.model_fields_set is not built.model_fields_set  # each its own, as pydantic's own constructor gives
     assert Checkpoint.model_validate(dict(built)) == built  # and it validates as a checkpoint built by hand
