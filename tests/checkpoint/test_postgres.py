@@ -94,7 +94,9 @@ def test_the_schema_records_its_format_and_version_and_indexes_safe_checkpoints(
         "format": "rxgraph.checkpoints",
         "schema_version": "2",
     }
-    indexes = [row[0] for row in raw.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'checkpoints'")]
+    # This schema's only: another test's schema dropped meanwhile would fail the view ("could not open relation").
+    query = "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'checkpoints'"
+    indexes = [row[0] for row in raw.execute(query, (saver.schema,))]
     assert any("(thread_id, seq) WHERE safe" in definition for definition in indexes), indexes
     with PostgresSaver(postgres_server, schema=saver.schema) as again:  # opening it again changes nothing
         assert again.schema_version == 2
