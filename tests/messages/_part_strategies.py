@@ -71,13 +71,16 @@ assistant_contents = st.none() | texts | st.lists(text_parts | refusal_parts, ma
 
 
 @st.composite
-def assistants(draw: st.DrawFn, ids: Iterator[int]) -> AssistantMessage:
+def assistants(
+    draw: st.DrawFn, ids: Iterator[int], contents: st.SearchStrategy[Any] = assistant_contents
+) -> AssistantMessage:
+    """Assistant messages with 0 to 3 tool calls (ids from ``ids``), their content drawn from ``contents``."""
     calls = tuple(
         ToolCall(id=f"call_{next(ids)}", name=draw(st.text(max_size=5)), arguments=draw(texts))
         for _ in range(draw(st.integers(0, 3)))
     )
     return AssistantMessage(
-        content=draw(assistant_contents),
+        content=draw(contents),
         tool_calls=calls,
         refusal=draw(st.none() | texts),
         name=draw(names),

@@ -93,29 +93,12 @@ def test_every_kind_of_message_passes_the_strict_check() -> None:
     assert wire[4] == {"role": "tool", "tool_call_id": "c1", "content": "r"}
 
 
-_texts = st.text(max_size=8)
-_names = st.none() | st.text(min_size=1, max_size=5)
-_usages = st.none() | st.builds(
-    TokenUsage,
-    prompt_tokens=st.integers(0, 10**6),
-    completion_tokens=st.integers(0, 10**6),
-    total_tokens=st.integers(0, 2 * 10**6),
-)
+# Text-only histories (the parts' own are in ``parts.histories``).
+_texts, _names, _usages = parts.texts, parts.names, parts.usages
 
 
-@st.composite
-def _assistant(draw: st.DrawFn, ids: Iterator[int]) -> AssistantMessage:
-    calls = tuple(
-        ToolCall(id=f"call_{next(ids)}", name=draw(st.text(max_size=5)), arguments=draw(_texts))
-        for _ in range(draw(st.integers(0, 3)))
-    )
-    return AssistantMessage(
-        content=draw(_texts),
-        tool_calls=calls,
-        refusal=draw(st.none() | _texts),
-        name=draw(_names),
-        usage=draw(_usages),
-    )
+def _assistant(ids: Iterator[int]) -> st.SearchStrategy[AssistantMessage]:
+    return parts.assistants(ids, contents=_texts)
 
 
 @st.composite
