@@ -16,7 +16,7 @@ from .._frozen import freeze
 if TYPE_CHECKING:
     from ._run_locks import RunLocks
 
-__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "new_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointSaver", "CheckpointSource", "checkpoint_of", "new_checkpoint"]
 
 CheckpointSource = Literal["input", "loop", "rewind", "update", "error", "interrupt"]
 """Why a checkpoint was written: the input merged at START, a node (or a superstep of nodes) finished, a cancelled
@@ -106,9 +106,48 @@ def new_checkpoint(
     Returns:
         The checkpoint. Nothing is checked, so nothing is raised.
     """
+    return checkpoint_of(
+        id,
+        thread_id,
+        seq,
+        parent_id,
+        values,
+        node,
+        next,
+        run_id,
+        source,
+        created_at if created_at is not None else datetime.now(UTC),
+        safe,
+        unsafe_reason,
+        rolled_back_from,
+        error,
+        pending,
+    )
+
+
+def checkpoint_of(
+    id: str,
+    thread_id: str,
+    seq: int,
+    parent_id: str | None,
+    values: Mapping[str, Any],
+    node: str | None,
+    next: tuple[str, ...],
+    run_id: str,
+    source: CheckpointSource,
+    created_at: datetime,
+    safe: bool,
+    unsafe_reason: str | None,
+    rolled_back_from: str | None,
+    error: str | None,
+    pending: Mapping[str, Any] | None,
+    /,
+) -> Checkpoint:
+    """``new_checkpoint`` with every field given, by position in the fields' order: the engine's writes (one per
+    step) build their checkpoints with it. Nothing is checked, so nothing is raised."""
     # What Checkpoint.model_construct(...) of every field makes, field for field (the instance's __dict__ in the
-    # fields' order, all of them set, no extra, no private), without its loop over the fields' aliases and defaults:
-    # one is built per step. tests/checkpoint/test_new_checkpoint.py compares the two on generated fields.
+    # fields' order, all of them set, no extra, no private), without its loop over the fields' aliases and defaults.
+    # tests/checkpoint/test_new_checkpoint.py compares the two on generated fields.
     checkpoint = _new_model(Checkpoint)
     _set(
         checkpoint,
@@ -123,7 +162,7 @@ def new_checkpoint(
             "next": next,
             "run_id": run_id,
             "source": source,
-            "created_at": created_at if created_at is not None else datetime.now(UTC),
+            "created_at": created_at,
             "safe": safe,
             "unsafe_reason": unsafe_reason,
             "rolled_back_from": rolled_back_from,

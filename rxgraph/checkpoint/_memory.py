@@ -50,20 +50,22 @@ class MemorySaver(CheckpointSaver):
             return chain[start:end][::-1]
 
     def put(self, checkpoint: Checkpoint, *, expected_head: str | None) -> Checkpoint:
-        thread_id = checkpoint.thread_id
+        thread_id, checkpoint_id = checkpoint.thread_id, checkpoint.id
         with self._lock:
             chain = self._chains.get(thread_id)
-            head = chain[-1] if chain else None
-            check_put(
-                checkpoint,
-                expected_head=expected_head,
-                head=(head.id, head.seq) if head is not None else None,
-                id_stored=checkpoint.id in self._by_id,
-            )
+            head_id, head_seq = (chain[-1].id, chain[-1].seq) if chain else (None, 0)
+            if head_id != expected_head or checkpoint.seq != head_seq + 1 or checkpoint_id in self._by_id:
+                # What check_put checks, asked first (one write per step passes them all): it raises the error.
+                check_put(
+                    checkpoint,
+                    expected_head=expected_head,
+                    head=(head_id, head_seq) if head_id is not None else None,
+                    id_stored=checkpoint_id in self._by_id,
+                )
             if chain is None:
                 chain = self._chains[thread_id] = []
             chain.append(checkpoint)
-            self._by_id[checkpoint.id] = checkpoint
+            self._by_id[checkpoint_id] = checkpoint
             return checkpoint
 
     def threads(self) -> builtins.list[str]:
