@@ -14,14 +14,15 @@ tail of its step at any moment. The writer makes such late completions harmless:
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource, new_checkpoint
+from ..checkpoint._base import Checkpoint, CheckpointSaver, CheckpointSource, checkpoint_of
 from ._choose_base import BaseChoice
 from ._safety import HistorySafety
 
@@ -31,12 +32,34 @@ if TYPE_CHECKING:
 __all__ = ["ThreadWriter", "new_id"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_now = datetime.now
 
 
 def new_id() -> str:
-    """A new checkpoint id: 128 random bits as 32 hex digits (a uuid4's shape, with six more random bits), at a
-    fifth of ``uuid.uuid4().hex``'s cost; one is made per write."""
-    return os.urandom(16).hex()
+    """A new id, unique across processes and machines: 32 hex digits (a uuid4's shape), the first 16 random per
+    process, the last 16 counting the ids it made. One is made per write (and per run): a counter costs half of
+    ``os.urandom(16).hex()`` (a system call each) and a fifth of ``uuid.uuid4().hex``.
+
+    Ids are names, not secrets: every read of a checkpoint by id also names its thread."""
+    return f"{_ids.prefix}{next(_ids.counter):016x}"
+
+
+class _Ids:
+    """The process's id prefix and counter; a forked child draws a prefix of its own."""
+
+    __slots__ = ("counter", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count()
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix, self.counter = os.urandom(8).hex(), itertools.count()
+
+
+_ids = _Ids()
+os.register_at_fork(after_in_child=_ids.reseed)
 
 
 class ThreadWriter:
@@ -66,7 +89,7 @@ class ThreadWriter:
     ) -> None:
         self.thread_id = thread_id
         self.saver = saver if thread_id is not None else None
-        self.run_id = run_id or uuid.uuid4().hex
+        self.run_id = run_id or new_id()
         self.safety = HistorySafety(messages_key)
         self.cancelled = False
         # RLock: a subscriber may dispose from inside a callback of this very run, on the thread that holds it.
@@ -127,14 +150,15 @@ class ThreadWriter:
                 return None
             return self._write(
                 MappingProxyType(values),
-                node=node,
-                next_nodes=next_nodes,
-                source=source,
-                parent_id=self._parent_id,
-                safe=safe,
-                unsafe_reason=unsafe_reason,
-                rolled_back_from=self._rolled_back_from if not self.wrote else None,
-                pending=pending,
+                node,
+                next_nodes,
+                source,
+                self._parent_id,
+                safe,
+                unsafe_reason,
+                self._rolled_back_from if not self.wrote else None,
+                None,
+                pending,
             )
 
     def rewind(self, *, error: str | None = None) -> Checkpoint | None:
@@ -158,15 +182,15 @@ class ThreadWriter:
                 return None  # the run wrote nothing and the head already is the pre-turn state
             return self._write(
                 target.values if target is not None else _EMPTY,
-                node=None,
-                next_nodes=target.next if target is not None else (),  # what it would run next: an interrupt's node
-                source="rewind",
-                parent_id=target.id if target is not None else None,
-                safe=target.safe if target is not None else True,
-                unsafe_reason=target.unsafe_reason if target is not None else None,
-                rolled_back_from=None,
-                error=error,
-                pending=target.pending if target is not None else None,  # an interrupt it waited on waits again
+                None,
+                target.next if target is not None else (),  # what it would run next: an interrupt's node
+                "rewind",
+                target.id if target is not None else None,
+                target.safe if target is not None else True,
+                target.unsafe_reason if target is not None else None,
+                None,
+                error,
+                target.pending if target is not None else None,  # an interrupt it waited on waits again
             )
 
     def record_error(
@@ -184,16 +208,7 @@ class ThreadWriter:
             if self.saver is None or not self.started or head is None:
                 return None
             return self._write(
-                head.values,
-                node=None,
-                next_nodes=next_nodes,
-                source="error",
-                parent_id=head.id,
-                safe=head.safe,
-                unsafe_reason=head.unsafe_reason,
-                rolled_back_from=None,
-                error=error,
-                pending=pending,
+                head.values, None, next_nodes, "error", head.id, head.safe, head.unsafe_reason, None, error, pending
             )
 
     def close(self) -> None:
@@ -204,7 +219,6 @@ class ThreadWriter:
     def _write(
         self,
         values: Mapping[str, Any],
-        *,
         node: str | None,
         next_nodes: tuple[str, ...],
         source: CheckpointSource,
@@ -212,27 +226,29 @@ class ThreadWriter:
         safe: bool,
         unsafe_reason: str | None,
         rolled_back_from: str | None,
-        error: str | None = None,
-        pending: Mapping[str, Any] | None = None,
+        error: str | None,
+        pending: Mapping[str, Any] | None,
+        /,
     ) -> Checkpoint:
         """The compare-and-set every write goes through (the caller holds the lock)."""
         saver, thread_id, head = self.saver, self.thread_id, self.head
         assert saver is not None and thread_id is not None
-        checkpoint = new_checkpoint(
-            id=new_id(),
-            thread_id=thread_id,
-            seq=head.seq + 1 if head is not None else 1,
-            parent_id=parent_id,
-            values=values,
-            node=node,
-            next=next_nodes,
-            run_id=self.run_id,
-            source=source,
-            safe=safe,
-            unsafe_reason=unsafe_reason,
-            rolled_back_from=rolled_back_from,
-            error=error,
-            pending=pending,
+        checkpoint = checkpoint_of(
+            new_id(),
+            thread_id,
+            head.seq + 1 if head is not None else 1,
+            parent_id,
+            values,
+            node,
+            next_nodes,
+            self.run_id,
+            source,
+            _now(UTC),
+            safe,
+            unsafe_reason,
+            rolled_back_from,
+            error,
+            pending,
         )
         saver.put(checkpoint, expected_head=head.id if head is not None else None)
         self.head = checkpoint
