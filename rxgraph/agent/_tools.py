@@ -188,7 +188,7 @@ class Tool:
 
             def _dispose() -> None:
                 if not finished:
-                    run.cancelled.set()
+                    run.set_cancelled()
                 subscription.dispose()
 
             return Disposable(_dispose)

@@ -251,7 +251,7 @@ class RunEnd:
         on no step starts, no chunk is forwarded and no write lands."""
         run = self.run
         run.writer.mark_cancelled()
-        run.info.cancelled.set()
+        run.info.set_cancelled()
         # Ending from now on, not only once do_finally starts the rewind: a second dispose on another thread returns
         # at once while this one still tears the upstream down, and what it starts next (a read, a run) must wait
         # for the rewind. The thread disposing now is the one that will rewind (do_finally runs after the dispose).
@@ -381,7 +381,7 @@ class RunEnd:
         run = self.run
         writer = run.writer
         writer.mark_cancelled()
-        run.info.cancelled.set()
+        run.info.set_cancelled()
         self.stop_steps()  # a stream still running (the failure came from the tail, say) stops too
         text = f"{type(error).__name__}: {error}"
         if not writer.started:  # it failed before it read the thread: nothing to undo or to record

@@ -12,6 +12,8 @@ from ..errors import ConfigurationError
 
 __all__ = ["RunInfo", "for_call"]
 
+_MAKING = threading.Lock()  # makes a run's cancelled event once
+
 
 class RunInfo:
     """The run a node or tool works for. Declare a parameter annotated ``RunInfo`` to receive it::
@@ -31,7 +33,7 @@ class RunInfo:
     - ``write(value)``: a custom event for the run's subscriber (a ``CustomOutput``; ``custom`` stream mode).
     """
 
-    __slots__ = ("_loop", "_loop_of", "_sink", "cancelled", "context", "run_id", "thread_id")
+    __slots__ = ("_cancelled", "_loop", "_loop_of", "_run", "_sink", "_was_cancelled", "context", "run_id", "thread_id")
 
     def __init__(
         self,
@@ -44,10 +46,38 @@ class RunInfo:
         self.thread_id = thread_id
         self.run_id = run_id
         self.context = context
-        self.cancelled = threading.Event()
+        # The event is made when first asked for (most runs never are): an Event costs more to make than the rest
+        # of a run's RunInfo. ``_run`` is the RunInfo that holds it: this one, or the run's for a node call's.
+        self._run = self
+        self._cancelled: threading.Event | None = None
+        self._was_cancelled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_of = loop_of
         self._sink: Callable[[Any], None] | None = None  # where write() goes: set for one node call (for_call)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the run is cancelled or fails (shared by every node call of the run)."""
+        run = self._run
+        event = run._cancelled
+        if event is None:
+            with _MAKING:
+                event = run._cancelled
+                if event is None:
+                    event = run._cancelled = threading.Event()
+                    if run._was_cancelled:
+                        event.set()
+        return event
+
+    def set_cancelled(self) -> None:
+        """Set ``cancelled`` (the run's, for a node call's ``RunInfo``): what the run does when it is cancelled or
+        fails. It tells the run's work to stop; it does not stop the run."""
+        run = self._run
+        with _MAKING:
+            run._was_cancelled = True
+            event = run._cancelled
+        if event is not None:
+            event.set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -87,6 +117,6 @@ def for_call(info: RunInfo, sink: Callable[[Any], None]) -> RunInfo:
     """``info`` as one node call receives it: the same run (its ``cancelled`` event and loop shared), whose ``write``
     goes to ``sink``."""
     call = RunInfo(thread_id=info.thread_id, run_id=info.run_id, context=info.context, loop_of=lambda: info.loop)
-    call.cancelled = info.cancelled
+    call._run = info._run
     call._sink = sink
     return call
