@@ -307,8 +307,8 @@ class CompiledGraph:
             if shown_thread is not _SAME:  # a subgraph's run: its nodes work for the parent's thread
                 run.info.thread_id = cast("str | None", shown_thread)
             # do_on_cancel stops the run before it is disposed; do_finally sits last so that the rewind runs after
-            # the whole upstream was disposed.
-            pipeline = Observable(run.subscribe).pipe(do_on_cancel(run.end.cancel), do_finally(run.end.finished))
+            # the whole upstream was disposed. (The operators applied as pipe() would, without its composition.)
+            pipeline = do_finally(run.end.finished)(do_on_cancel(run.end.cancel)(Observable(run.subscribe)))
             # `observer` is already the auto-detaching observer of this subscription: forward to it directly.
             return subscribe_source(pipeline, observer.on_next, observer.on_error, observer.on_completed, scheduler)
 
