@@ -170,7 +170,10 @@ def checkpoint_of(
             "pending": pending or None,
         },
     )
-    _set(checkpoint, "__pydantic_fields_set__", _FIELDS.copy())  # its own set, as model_construct gives it
+    # Every field is set in every checkpoint, so they all share one set of names (half the memory a checkpoint
+    # costs, 728 of 1,513 bytes, was its own copy). pydantic changes a model's set in place only for a field it
+    # assigns (already in it: a no-op; a frozen Checkpoint assigns none) and in model_copy, after copying it.
+    _set(checkpoint, "__pydantic_fields_set__", _FIELDS)
     _set(checkpoint, "__pydantic_extra__", None)
     _set(checkpoint, "__pydantic_private__", None)
     return checkpoint

@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from rxgraph import Checkpoint
 from rxgraph.checkpoint._base import new_checkpoint
@@ -62,5 +64,10 @@ def test_what_it_builds_behaves_as_a_checkpoint() -> None:
     assert copied.seq == 2 and built.seq == 1 and copied.model_fields_set == built.model_fields_set
     assert built.model_fields_set is not copied.model_fields_set
     other = new_checkpoint(id="c2", thread_id="t", seq=2, values=MappingProxyType({}), run_id="r", source="loop")
-    assert other.model_fields_set is not built.model_fields_set  # each its own, as pydantic's own constructor gives
+    assert other.model_fields_set is built.model_fields_set  # every field set: one set of their names for all
+    changed = built.model_copy(update={"error": "E: late"})  # pydantic adds to the copy's own set
+    assert changed.error == "E: late" and other.model_fields_set == set(Checkpoint.model_fields)
+    with pytest.raises(ValidationError):
+        built.error = "E: never"  # type: ignore[misc]  # frozen: nothing assigns a field (or adds its name)
+    assert built.error is None and other.model_fields_set == set(Checkpoint.model_fields)
     assert Checkpoint.model_validate(dict(built)) == built  # and it validates as a checkpoint built by hand
