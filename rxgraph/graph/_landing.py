@@ -67,10 +67,12 @@ class Landing:
     """Lands the supersteps of one run and emits its outputs. Every method returns False when the run ended (failed,
     or cancelled: then nothing is written or emitted any more) and must not go on."""
 
-    __slots__ = ("run",)
+    __slots__ = ("plain", "run")
 
     def __init__(self, run: Landed) -> None:
         self.run = run
+        # Whether its outputs are the plain ones: it tells no parent, shows the whole state and is not traced.
+        self.plain = run.on_updates is None and run.spec.schema.output_keys is None and run.trace is None
 
     def step(self, name: str, update: dict[str, Any] | None, view: Mapping[str, Any]) -> bool:
         """Land a direct step: node ``name`` returned ``update`` (a dict, or None) for the state ``view`` shows. What
@@ -80,16 +82,17 @@ class Landing:
         writer = run.writer
         if run.closed or writer.cancelled:
             return False
+        saver = writer.saver
         try:
             at = after_step(run.spec, run.at, name, update)
-            checkpoint = writer.commit_position(at, node=name, source="loop") if writer.saver is not None else None
+            checkpoint = writer.commit_position(at, node=name, source="loop") if saver is not None else None
         except Exception as error:
             run.end.fail(error)
             return False
-        if run.on_updates is not None or run.spec.schema.output_keys is not None or run.trace is not None:
+        if not self.plain:
             return self._landed(at, checkpoint, ((name, (update,)),), (update,))
-        # What _landed does for a run that tells no parent, shows the whole state and is not traced.
-        if checkpoint is None and writer.saver is not None:
+        # What _landed does for a plain run.
+        if checkpoint is None and saver is not None:
             return False  # cancelled under the write lock
         run.at = at
         if run.quiet:

@@ -170,7 +170,6 @@ class Run:
         self.emitting = False  # an output is being handed to the subscriber right now
         self.hops = Hops(self, self.scheduler)
         self.end = RunEnd(self)
-        self.landing = Landing(self)
         # Traced from its subscription (now): its span's parent is the span current here, the subscriber's. A
         # subgraph's run (told its updates) is traced inside its node's span, and counted with its parent.
         reporting = telemetry()
@@ -183,6 +182,7 @@ class Run:
             if reporting is not None
             else None
         )
+        self.landing = Landing(self)  # (once the trace is there)
         saver, thread_id = self.writer.saver, self.writer.thread_id
         self.admission = (
             Admission(self, slots_for(saver), thread_id, config.multitask or spec.policy.multitask, self.trace)
