@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..errors import (
     InvalidArgumentError,
@@ -35,7 +35,7 @@ from ._runs import ActiveRun
 from ._service import Refusal, Service, answer, refuse
 from ._wire import run_json, wire
 
-__all__ = ["run_routes"]
+__all__ = ["run_routes", "sse_bytes"]
 
 _REFUSED = (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidConfigError, UnsafeHistoryError)
 """What a run's request can be wrong with (the input, the config, a history the sequence rules refuse): 422."""
@@ -75,6 +75,17 @@ class _Asgi:
             await self._handler(request, send)
         except Refusal as refusal:
             await answer({"detail": refusal.detail}, refusal.status)(scope, receive, send)
+
+
+class _EventStream(EventSourceResponse):
+    """``sse_starlette``'s response less a cancel scope per write: it wraps each write in ``move_on_after`` of its
+    ``send_timeout``, which, with none set (the server sets none), is a scope that never fires."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 class _Runs:
@@ -162,7 +173,7 @@ class _Runs:
         if not self.s.relay.shared:
             raise refuse(404, f"run {record.run_id!r} is not executing on this server, and its events are gone")
         base = f"/threads/{record.thread_id}/runs/{record.run_id}"
-        response = EventSourceResponse(
+        response = _EventStream(
             _sse(self._remote(record, after), modes),
             ping=self._ping or None,
             headers={"Location": f"{base}/stream", "Content-Location": base},
@@ -173,16 +184,18 @@ class _Runs:
             if cancel:
                 self.s.relay.request_cancel(record.run_id, "interrupt")
 
-    async def _remote(self, record: RunRecord, after: int) -> AsyncIterator[tuple[int, str, str]]:
-        """The events of a run another process executes, numbered above ``after``, as the relay brings them."""
+    async def _remote(self, record: RunRecord, after: int) -> AsyncIterator[list[tuple[int, str, str]]]:
+        """The events of a run another process executes, numbered above ``after``, as the relay brings them (each
+        read's events together)."""
         relay = self.s.relay
         relay.request_follow(record.run_id)
         number = after
         while True:
             changed = relay.changed(record.run_id)
             events, ended = await run_in_threadpool(relay.read, record.run_id, number)
-            for number, event, data in events:
-                yield number, event, data
+            if events:
+                number = events[-1][0]
+                yield events
             if ended:
                 return
             with anyio.move_on_after(_POLL * 4):
@@ -193,8 +206,8 @@ class _Runs:
             found = await run_in_threadpool(self.s.registry.get_run, record.run_id)
             if found is None or not live(found):
                 events, ended = await run_in_threadpool(relay.read, record.run_id, number)
-                for number, event, data in events:
-                    yield number, event, data
+                if events:
+                    yield events
                 return
 
     async def _follow(
@@ -208,7 +221,7 @@ class _Runs:
         cancel_on_disconnect: bool,
     ) -> None:
         try:
-            response = EventSourceResponse(
+            response = _EventStream(
                 _sse(run.log.follow(after), modes), ping=self._ping or None, headers=self._where(run)
             )
             await response(request.scope, request.receive, send)
@@ -335,15 +348,29 @@ def _event_number(text: str) -> int:
         raise refuse(422, f"Last-Event-ID must be an event's number, got {text!r}") from None
 
 
-async def _sse(events: AsyncIterator[tuple[int, str, str]], modes: list[str] | None) -> AsyncIterator[ServerSentEvent]:
+async def _sse(batches: AsyncIterator[list[tuple[int, str, str]]], modes: list[str] | None) -> AsyncIterator[bytes]:
     """A run's events as server-sent events, those of ``modes`` only (all the run's when None); ``metadata`` and
-    ``error`` always."""
+    ``error`` always. The events of a batch (those that were there at once) go out together, as one piece of the
+    response's body: one write to the socket for them all, not one each."""
     if modes is not None:
         modes = ["messages" if m == "messages-tuple" else m for m in modes]
-    async for number, event, data in events:
-        if modes is not None and event not in ("metadata", "error") and event.split("|")[0] not in modes:
-            continue
-        yield ServerSentEvent(data=data, event=event, id=str(number))
+    async for batch in batches:
+        body = b"".join(
+            sse_bytes(number, event, data)
+            for number, event, data in batch
+            if modes is None or event in ("metadata", "error") or event.split("|")[0] in modes
+        )
+        if body:
+            yield body
+
+
+def sse_bytes(number: int, event: str, data: str) -> bytes:
+    """One event as ``ServerSentEvent(data=data, event=event, id=str(number)).encode()`` writes it. A run's data is
+    JSON on one line (its line breaks are escaped), so it is written straight; anything with a line break goes
+    through ``ServerSentEvent``, which splits it into ``data:`` lines."""
+    if "\n" in data or "\r" in data or "\n" in event or "\r" in event:
+        return ServerSentEvent(data=data, event=event, id=str(number)).encode()
+    return f"id: {number}\r\nevent: {event}\r\ndata: {data}\r\n\r\n".encode()
 
 
 async def _ended_or_gone(run: ActiveRun, receive: Receive) -> bool:

@@ -94,14 +94,17 @@ class EventLog:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def follow(self, after: int) -> AsyncIterator[tuple[int, str, str]]:
-        """The events numbered above ``after`` (``(number, event, data)``), as they come, until the run ends."""
+    async def follow(self, after: int) -> AsyncIterator[list[tuple[int, str, str]]]:
+        """The events numbered above ``after`` (``(number, event, data)``), as they come, until the run ends: each
+        time, all those there are (a batch, never empty), so that a reader can send them together."""
         index = max(after, 0)
         while True:
-            while index < len(self.events):
-                event, data = self.events[index]
-                index += 1
-                yield index, event, data
+            events = self.events
+            if index < len(events):
+                batch = [(number, *events[number - 1]) for number in range(index + 1, len(events) + 1)]
+                index = len(events)
+                yield batch
+                continue  # more may have come while the batch was being sent
             if self.ended:
                 return
             await self._changed.wait()
