@@ -28,7 +28,8 @@ class RunInfo:
     - ``thread_id``, ``run_id``: the run's thread (None without one) and its id (as on its checkpoints).
     - ``context``: ``RunnableConfig(context=...)``, read-only; never stored.
     - ``cancelled``: a ``threading.Event`` set when the run is cancelled or fails — blocking work on another thread
-      checks it (or waits on it) to stop early; nothing it does afterwards is written.
+      checks it (or waits on it) to stop early; nothing it does afterwards is written. One per run, shared by its
+      node calls (``set_cancelled()`` sets it; it does not stop the run).
     - ``loop``: the asyncio event loop the run awaits ``async def`` nodes and tools on.
     - ``write(value)``: a custom event for the run's subscriber (a ``CustomOutput``; ``custom`` stream mode).
     """
