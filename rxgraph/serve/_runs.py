@@ -292,7 +292,22 @@ class RunManager(RelayHandlers):
         lock. A cancel of the caller waits for the call to finish, so what it wrote is known."""
         if self._lanes is None:  # made on the running loop (the app's lifespan may run more than once)
             self._lanes = anyio.CapacityLimiter(self._registry.lanes)
-        return await anyio.to_thread.run_sync(call, *args, limiter=self._lanes)
+        # anyio waits for the thread when its own cancel scopes cancel the caller, not when the caller's task is
+        # cancelled (Task.cancel: RunManager.cancel, a client gone): it returns at once, its lane given back while
+        # the call still runs. The call is awaited here through any number of those, then the cancel goes on.
+        work = asyncio.ensure_future(anyio.to_thread.run_sync(call, *args, limiter=self._lanes))
+        cancel: asyncio.CancelledError | None = None
+        with anyio.CancelScope(shield=True):
+            while not work.done():
+                try:
+                    await asyncio.shield(work)
+                except asyncio.CancelledError as error:
+                    cancel = cancel or error
+                except Exception:  # (work's own error, raised below)
+                    break
+        if cancel is not None:
+            raise cancel
+        return work.result()
 
     def get(self, run_id: str) -> ActiveRun | None:
         """A run this process executes, or executed recently."""
@@ -413,8 +428,11 @@ class RunManager(RelayHandlers):
         """Cancel a run (it is rewound); ``rollback`` also deletes its record once it has ended."""
         if run.ended.is_set() or run.task is None:
             return
-        run.cancel_action = action
-        run.task.cancel()
+        if run.cancel_action is None:
+            run.cancel_action = action
+            run.task.cancel()  # once: a second cancel would cut short the rewind or the end the first one waits for
+        elif action == "rollback":
+            run.cancel_action = action  # asked again, for more: its record goes too
 
     async def wait(self, run: ActiveRun) -> None:
         """Return once the run has ended and its rewind (if cancelled) has landed; a cancel of the caller does not

@@ -508,6 +508,67 @@ def test_the_server_makes_at_most_lanes_registry_calls_at_once(registry: Registr
     assert asyncio.run(both()) == [together, together]
 
 
+def test_a_cancelled_caller_waits_for_its_registry_call_which_keeps_its_lane() -> None:
+    """A run's task cancelled (Task.cancel, as RunManager.cancel does) while its record is being written: the
+    cancel waits until the write is done (so a later write of the same record cannot be overtaken by it), and the
+    write keeps its lane until then (one lane: the next call starts after it)."""
+    import asyncio
+
+    from rxgraph.serve._relay import LocalRelay
+    from rxgraph.serve._runs import RunManager
+
+    manager = RunManager(MemoryRegistry(), lambda thread_id: None, LocalRelay())  # one lane
+    started, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow() -> None:
+        started.set()
+        release.wait(60)
+        order.append("slow")
+
+    async def main() -> bool:
+        task = asyncio.ensure_future(manager.records(slow))
+        assert await asyncio.to_thread(started.wait, 60)
+        task.cancel()
+        later = asyncio.ensure_future(manager.records(order.append, "later"))
+        for _ in range(50):  # the loop turns; a caller that did not wait would be done after one or two
+            await asyncio.sleep(0)
+        waited = not task.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await later
+        return waited
+
+    assert asyncio.run(main())
+    assert order == ["slow", "later"]
+
+
+def test_a_run_cancelled_twice_has_its_task_cancelled_once_and_a_later_rollback_counts() -> None:
+    """A second cancel of a run (another client's, a newer run's) must not cancel its task again: that would cut
+    short the rewind (or the record of its end) the first cancel is waiting for. Asked for a rollback, it still
+    rolls back."""
+    import asyncio
+
+    from rxgraph.serve._relay import LocalRelay
+    from rxgraph.serve._runs import ActiveRun, EventLog, RunManager
+
+    manager = RunManager(MemoryRegistry(), lambda thread_id: None, LocalRelay())
+
+    async def main() -> tuple[int, str | None]:
+        active = ActiveRun(run("r1"), EventLog(), False)
+        active.task = asyncio.ensure_future(asyncio.Event().wait())
+        manager.cancel(active, "interrupt")
+        manager.cancel(active, "interrupt")
+        manager.cancel(active, "rollback")
+        requests = active.task.cancelling()
+        with pytest.raises(asyncio.CancelledError):
+            await active.task
+        return requests, active.cancel_action
+
+    assert asyncio.run(main()) == (1, "rollback")
+
+
 def test_concurrent_writes_are_committed_together_each_kept_or_refused_alone(tmp_path: Path) -> None:
     """Eight threads write at once (the server's lanes); their writes share commits. One write that fails (a run
     without a thread) raises in its own thread and is undone alone: every other write is there, the failed one not."""
