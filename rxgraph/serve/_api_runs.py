@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -42,6 +42,7 @@ _REFUSED = (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidC
 
 _POLL = 0.25
 """Seconds between looks at the record of a run another process executes (for ``join``)."""
+_NO_PING = 365 * 24 * 3600.0  # a ping interval that never comes: no keep-alive comments (ping=0)
 
 
 def run_routes(service: Service, ping: float) -> list[Route]:
@@ -79,7 +80,12 @@ class _Asgi:
 
 class _EventStream(EventSourceResponse):
     """``sse_starlette``'s response less a cancel scope per write: it wraps each write in ``move_on_after`` of its
-    ``send_timeout``, which, with none set (the server sets none), is a scope that never fires."""
+    ``send_timeout``, which, with none set (the server sets none), is a scope that never fires. ``ping`` is the
+    server's: seconds between keep-alive comments, 0 for none (``sse_starlette`` takes None for its default of 15
+    seconds, and 0 for none only in its later versions: earlier ones ping without pause)."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, ping: float, headers: Mapping[str, str]) -> None:
+        super().__init__(content, ping=ping if ping > 0 else _NO_PING, headers=headers)
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         if self.send_timeout is None:
@@ -175,7 +181,7 @@ class _Runs:
         base = f"/threads/{record.thread_id}/runs/{record.run_id}"
         response = _EventStream(
             _sse(self._remote(record, after), modes),
-            ping=self._ping or None,
+            ping=self._ping,
             headers={"Location": f"{base}/stream", "Content-Location": base},
         )
         try:
@@ -221,9 +227,7 @@ class _Runs:
         cancel_on_disconnect: bool,
     ) -> None:
         try:
-            response = _EventStream(
-                _sse(run.log.follow(after), modes), ping=self._ping or None, headers=self._where(run)
-            )
+            response = _EventStream(_sse(run.log.follow(after), modes), ping=self._ping, headers=self._where(run))
             await response(request.scope, request.receive, send)
         finally:
             if cancel_on_disconnect and not run.ended.is_set():
