@@ -1,5 +1,5 @@
 """``new_id``: checkpoint and run ids, unique across the threads of a process and across processes (a forked child
-draws a prefix of its own)."""
+among them), and told apart by their start, which is how they are shown."""
 
 from __future__ import annotations
 
@@ -15,6 +15,13 @@ def test_an_id_has_a_uuids_shape_and_no_two_are_equal() -> None:
 
     assert all(re.fullmatch(r"[0-9a-f]{32}", one) for one in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_ids_made_one_after_another_differ_at_their_start() -> None:
+    """Ids are shown shortened (``rxgraph inspect``: 12 digits, the demo: 8): their starts must tell them apart."""
+    ids = [new_id() for _ in range(1_000)]
+
+    assert len({one[:8] for one in ids}) == len(ids)
 
 
 def test_ids_made_on_many_threads_at_once_are_all_different() -> None:
@@ -54,4 +61,3 @@ def test_a_forked_process_makes_ids_the_parent_never_makes() -> None:
 
     assert child.exitcode == 0
     assert not set(from_child) & {before, *after}
-    assert {one[:16] for one in from_child} != {before[:16]}  # its own prefix, not the parent's counting on
