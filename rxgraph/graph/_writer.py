@@ -129,15 +129,14 @@ class ThreadWriter:
                 return None
             return self._write(
                 MappingProxyType(values),
-                node,
-                next_nodes,
-                source,
-                self._parent_id,
-                safe,
-                unsafe_reason,
-                self._rolled_back_from if not self.wrote else None,
-                None,
-                pending,
+                node=node,
+                next_nodes=next_nodes,
+                source=source,
+                parent_id=self._parent_id,
+                safe=safe,
+                unsafe_reason=unsafe_reason,
+                rolled_back_from=self._rolled_back_from if not self.wrote else None,
+                pending=pending,
             )
 
     def rewind(self, *, error: str | None = None) -> Checkpoint | None:
@@ -161,15 +160,15 @@ class ThreadWriter:
                 return None  # the run wrote nothing and the head already is the pre-turn state
             return self._write(
                 target.values if target is not None else _EMPTY,
-                None,
-                target.next if target is not None else (),  # what it would run next: an interrupt's node
-                "rewind",
-                target.id if target is not None else None,
-                target.safe if target is not None else True,
-                target.unsafe_reason if target is not None else None,
-                None,
-                error,
-                target.pending if target is not None else None,  # an interrupt it waited on waits again
+                node=None,
+                next_nodes=target.next if target is not None else (),  # what it would run next: an interrupt's node
+                source="rewind",
+                parent_id=target.id if target is not None else None,
+                safe=target.safe if target is not None else True,
+                unsafe_reason=target.unsafe_reason if target is not None else None,
+                rolled_back_from=None,
+                error=error,
+                pending=target.pending if target is not None else None,  # an interrupt it waited on waits again
             )
 
     def record_error(
@@ -187,7 +186,16 @@ class ThreadWriter:
             if self.saver is None or not self.started or head is None:
                 return None
             return self._write(
-                head.values, None, next_nodes, "error", head.id, head.safe, head.unsafe_reason, None, error, pending
+                head.values,
+                node=None,
+                next_nodes=next_nodes,
+                source="error",
+                parent_id=head.id,
+                safe=head.safe,
+                unsafe_reason=head.unsafe_reason,
+                rolled_back_from=None,
+                error=error,
+                pending=pending,
             )
 
     def close(self) -> None:
@@ -198,6 +206,7 @@ class ThreadWriter:
     def _write(
         self,
         values: Mapping[str, Any],
+        *,
         node: str | None,
         next_nodes: tuple[str, ...],
         source: CheckpointSource,
@@ -205,9 +214,8 @@ class ThreadWriter:
         safe: bool,
         unsafe_reason: str | None,
         rolled_back_from: str | None,
-        error: str | None,
-        pending: Mapping[str, Any] | None,
-        /,
+        error: str | None = None,
+        pending: Mapping[str, Any] | None = None,
     ) -> Checkpoint:
         """The compare-and-set every write goes through (the caller holds the lock)."""
         saver, thread_id, head = self.saver, self.thread_id, self.head
