@@ -15,7 +15,12 @@ role ``system`` / ``developer`` ``SystemMessage(role=...)``        the same kind
 user, assistant)
 ``content`` as a string         ``.content``, the same string      as it came
 ``content`` as a list of parts  ``.content``: a tuple of parts,    a list stays a list (text parts are not
-                                in order, both ways                joined), so a history is sent as it came
+                                in order, both ways                joined), so a history is sent as it came; a
+                                                                   tuple or another iterable (the types say
+                                                                   ``Iterable``) is read, and sent as a list
+``content_parts`` (a stored     ``.content``: its parts            the content as it was sent; its ``content``
+completion's message)                                              has the text only (the SDK's
+                                                                   ``ChatCompletionStoreMessage``)
 ``text`` part                   ``TextPart``                       system, developer, user, assistant and tool
                                                                    messages
 ``image_url`` part              ``ImagePart(url, detail)``         user messages; ``detail`` only when set
@@ -39,6 +44,8 @@ assistant ``refusal``           ``AssistantMessage.refusal``,      a refusal-onl
                                 both ways
 ``"refusal": null`` and the     left out (converted)               the same as leaving the key out
 like for an optional key
+assistant ``"tool_calls": []``  left out (converted)               no calls, as without the key; ``tool_calls``
+                                                                   as a tuple or another iterable is read too
 role ``function`` (legacy)      refused (``MessageFormatError``)   superseded by tool calls and ``tool`` messages
 assistant ``function_call``     refused (``MessageFormatError``)   the same legacy: rxgraph keeps tool calls only
 (legacy)
@@ -183,11 +190,12 @@ def from_openai(payload: Iterable[Mapping[str, Any] | BaseModel]) -> list[Messag
     message is taken as it is.
 
     ``content`` may be a string, ``None`` (an assistant's only: ``""`` when it has tool calls, ``None`` otherwise;
-    a missing one is read the same way) or a list of parts, kept as a tuple of parts in order: text, image, audio and
-    file parts in a user message, text parts in the others, and text and refusal parts in an assistant's (see the
-    module's table). A ``developer`` message becomes a ``SystemMessage`` with that role. ``name`` and ``refusal`` are
-    kept; keys that only responses have, such as ``annotations``, are ignored, and so is an optional key that is
-    ``null``.
+    a missing one is read the same way) or a list of parts (any iterable of them, as the request types allow; a
+    stored completion's ``content_parts`` when it has them), kept as a tuple of parts in order: text, image, audio
+    and file parts in a user message, text parts in the others, and text and refusal parts in an assistant's (see
+    the module's table). A ``developer`` message becomes a ``SystemMessage`` with that role. ``name`` and
+    ``refusal`` are kept; keys that only responses have, such as ``annotations``, are ignored, and so is an optional
+    key that is ``null``.
 
     Args:
         payload: the entries, in order.
@@ -300,17 +308,18 @@ _HOLDS = {
 def _content(entry: Mapping[str, Any], role: str) -> Any:
     """The content of an entry: a string, a tuple of parts its role may hold, or None (an assistant's only)."""
     content = entry.get("content")
+    sent_parts = entry.get("content_parts")
+    if sent_parts is not None:  # a stored completion's message: its content as it was sent, where content is text
+        content = sent_parts
     if type(content) is str:
         return content
     if content is None:
         if role == "assistant":
             return None
         raise _EntryError(f"a {role} message needs a 'content' (a string or a list of parts), got null")
-    if not isinstance(content, list | tuple):
-        raise _EntryError(f"'content' must be a string, a list of parts or null, got {type(content).__name__}")
     allowed = _ROLE_PARTS[role]
     parts: list[Any] = []
-    for j, part in enumerate(content):
+    for j, part in enumerate(_items(content, "'content' must be a string, a list of parts or null")):
         if not isinstance(part, Mapping):
             raise _EntryError(f"content part {j} must be an object, got {type(part).__name__}")
         kind = part.get("type")
@@ -326,6 +335,14 @@ def _content(entry: Mapping[str, Any], role: str) -> Any:
         except PartFormatError as exc:
             raise _EntryError(f"content part {j} ({kind}): {exc}") from exc.__cause__
     return tuple(parts)
+
+
+def _items(value: Any, expected: str) -> list[Any]:
+    """The items of a list the request types declare ``Iterable`` (content parts, tool calls): a list, a tuple, or any
+    other iterable but a string or an object, read once."""
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        raise _EntryError(f"{expected}, got {type(value).__name__}")
+    return list(value)
 
 
 class PartFormatError(MessageFormatError):
@@ -419,10 +436,8 @@ def _breakpoint(part: Mapping[str, Any]) -> CacheBreakpoint | None:
 def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list):
-        raise _EntryError(f"'tool_calls' must be a list, got {type(raw).__name__}")
     calls: list[ToolCall] = []
-    for j, call in enumerate(raw):
+    for j, call in enumerate(_items(raw, "'tool_calls' must be a list")):
         if not isinstance(call, Mapping):
             raise _EntryError(f"tool call {j} must be an object, got {type(call).__name__}")
         call_type = call.get("type")

@@ -13,14 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
+from openai.types.chat.chat_completion_store_message import ChatCompletionStoreMessage
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from rxgraph.checkpoint import Serde
 from rxgraph.errors import MessageFormatError
 from rxgraph.messages import (
     AssistantMessage,
+    ImagePart,
     Message,
     SystemMessage,
+    TextPart,
     TokenUsage,
     ToolCall,
     ToolMessage,
@@ -301,6 +304,10 @@ CONVERTED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"role": "assistant", "content": "hi", "refusal": None, "audio": None, "function_call": None},
         {"role": "assistant", "content": "hi"},
     ),
+    "no tool calls": (
+        {"role": "assistant", "content": "hi", "tool_calls": []},
+        {"role": "assistant", "content": "hi"},
+    ),
 }
 
 
@@ -309,6 +316,37 @@ def test_what_the_wire_says_two_ways_is_sent_one_way(case: str) -> None:
     entry, sent = CONVERTED[case]
     strict_check([entry, sent])
     assert to_openai(from_openai([entry])) == [sent]
+
+
+def test_parts_and_tool_calls_in_any_iterable_the_types_allow_are_read_and_sent_as_lists() -> None:
+    # The request types declare both Iterable: a typed dict may hold a tuple, or a generator the SDK would read once.
+    text, image = {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": _PNG}}
+    second = {**_CALL, "id": "call_2"}
+    entries: list[Any] = [
+        {"role": "user", "content": (text, image)},
+        {"role": "assistant", "content": None, "tool_calls": (_CALL, second)},
+        {"role": "tool", "tool_call_id": "call_1", "content": iter([text])},
+        {"role": "tool", "tool_call_id": "call_2", "content": "r"},
+        {"role": "assistant", "content": (part for part in [text]), "tool_calls": (call for call in [_CALL])},
+    ]
+    sent = [
+        {"role": "user", "content": [text, image]},
+        {"role": "assistant", "content": None, "tool_calls": [_CALL, second]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [text]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "r"},
+        {"role": "assistant", "content": [text], "tool_calls": [_CALL]},
+    ]
+    strict_check([*entries[:2], *sent])
+    assert to_openai(from_openai(entries)) == sent
+    # What is not a list of them is still refused, by what it is.
+    for entry, match in [
+        ({"role": "assistant", "content": None, "tool_calls": "call_1"}, "'tool_calls' must be a list, got str"),
+        ({"role": "assistant", "content": None, "tool_calls": _CALL}, "'tool_calls' must be a list, got dict"),
+        ({"role": "user", "content": b"hi"}, "'content' must be a string, a list of parts or null, got bytes"),
+        ({"role": "user", "content": 7}, "got int"),
+    ]:
+        with pytest.raises(MessageFormatError, match=match):
+            from_openai([entry])
 
 
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {
@@ -414,6 +452,22 @@ def test_the_sdks_response_message_is_read_as_its_json() -> None:
         AssistantMessage(content="hi"),
         user,
     ]
+
+
+def test_a_stored_completions_message_keeps_the_parts_it_was_sent_with() -> None:
+    # What the SDK gives for the messages of a stored completion (client.chat.completions.messages.list): its content
+    # is the text alone, content_parts the parts, image included, as they were sent.
+    sent = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": _PNG, "detail": "low"}},
+    ]
+    stored = ChatCompletionStoreMessage.construct(id="m1", role="user", content="What is this?", content_parts=sent)
+    plain = ChatCompletionStoreMessage.construct(id="m2", role="assistant", content="A pixel.", content_parts=None)
+    assert from_openai([stored, plain]) == [
+        UserMessage(content=(TextPart(text="What is this?"), ImagePart(url=_PNG, detail="low"))),
+        AssistantMessage(content="A pixel."),
+    ]
+    assert to_openai(from_openai([stored]))[0]["content"] == sent
 
 
 def test_the_sdks_audio_answer_is_refused() -> None:
