@@ -1,22 +1,25 @@
 """``to_openai`` checked against the ``openai`` package's own request types, strictly (unknown keys refused); the wire
 round trip ``to_openai(from_openai(x)) == x`` for every message shape those types allow (content parts included),
-and a refusal for each one rxgraph cannot keep; the SDK's own objects read; and the message fields through the
-checkpoint serde."""
+and a refusal for each one rxgraph cannot keep; the SDK's own objects read; the message fields through the
+checkpoint serde; and every wire shape stored on every saver (memory, SQLite, PostgreSQL) and sent back as it came."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import messages._part_strategies as parts
 import pytest
+from conftest import SAVER_KINDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
 from openai.types.chat.chat_completion_store_message import ChatCompletionStoreMessage
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from rxgraph.checkpoint import Serde
+from rxgraph import Checkpoint, CheckpointSaver, FrozenList, MemorySaver
+from rxgraph.checkpoint import PostgresSaver, Serde, SqliteSaver
 from rxgraph.errors import MessageFormatError
 from rxgraph.messages import (
     AssistantMessage,
@@ -507,3 +510,42 @@ def test_any_history_with_parts_is_a_valid_request_and_reads_back(history: list[
 def test_parts_read_back_from_the_serde(history: list[Message]) -> None:
     serde = Serde()
     _strictly_equal(history, serde.loads(serde.dumps(history)))
+
+
+# -- every wire shape, stored on every saver -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=SAVER_KINDS)
+def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], CheckpointSaver]]:
+    """Opens a saver on one store each time it is called: the same ``MemorySaver``, or a new saver on the same
+    SQLite file or PostgreSQL schema (nothing cached); closes them all when the test ends."""
+    opened: list[Any] = []
+    memory = MemorySaver()
+
+    def open_saver() -> CheckpointSaver:
+        if request.param == "memory":
+            return memory
+        if request.param == "sqlite":
+            opened.append(SqliteSaver(tmp_path / "wire.db"))
+        else:
+            dsn, schema = request.getfixturevalue("postgres_server"), request.getfixturevalue("postgres_schema")
+            opened.append(PostgresSaver(dsn, schema=schema, max_connections=2))
+        saver: CheckpointSaver = opened[-1]
+        return saver
+
+    yield open_saver
+    for saver in opened:
+        saver.close()
+
+
+def test_every_wire_shape_round_trips_exactly_through_every_saver(reopen: Callable[[], CheckpointSaver]) -> None:
+    wire = [*WIRE_SHAPES.values(), *(entry for entry, _ in CONVERTED.values())]
+    sent = [*WIRE_SHAPES.values(), *(converted for _, converted in CONVERTED.values())]
+    values = {"messages": FrozenList(from_openai(wire))}
+    reopen().put(
+        Checkpoint(id="c1", thread_id="t", seq=1, parent_id=None, values=values, run_id="r", source="input"),
+        expected_head=None,
+    )
+    stored = reopen().get("t")
+    assert stored is not None
+    assert to_openai(list(stored.values["messages"])) == sent
