@@ -50,6 +50,18 @@ def pid() -> int:
 
 
 @server.tool()
+def env(name: str) -> str:
+    """The value of the server's environment variable ``name`` ("" when it has none)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
+def cwd() -> str:
+    """The server's working directory."""
+    return os.getcwd()
+
+
+@server.tool()
 async def slow(report_to: str) -> str:
     """Runs until its call is cancelled, telling the Unix socket at ``report_to`` when it starts and when it ends."""
     with socket.socket(socket.AF_UNIX) as report:

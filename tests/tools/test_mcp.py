@@ -84,7 +84,7 @@ def _agent(toolset: MCPToolset, *scripts: Any) -> tuple[ReactAgent, ScriptedChat
 
 
 def test_the_servers_tools_reach_the_model_with_their_names_descriptions_and_schemas(toolset: MCPToolset) -> None:
-    assert sorted(t.name for t in toolset.tools) == ["add", "fail", "picture", "pid", "slow"]
+    assert sorted(t.name for t in toolset.tools) == ["add", "cwd", "env", "fail", "picture", "pid", "slow"]
     add = _named(toolset, "add")
     assert add.spec.description == "Add two integers."
     assert add.spec.parameters["properties"] == {
@@ -94,7 +94,7 @@ def test_the_servers_tools_reach_the_model_with_their_names_descriptions_and_sch
     assert add.spec.parameters["required"] == ["a", "b"]
     agent, model = _agent(toolset, [text("Hello")])
     agent.invoke("Hi", RunnableConfig(thread_id="t"))
-    assert {spec.name for spec in model.requests[0].tools} == {"add", "fail", "picture", "pid", "slow"}
+    assert {spec.name for spec in model.requests[0].tools} == {"add", "cwd", "env", "fail", "picture", "pid", "slow"}
     assert add.spec in model.requests[0].tools
 
 
@@ -201,6 +201,16 @@ def test_closing_the_toolset_stops_the_server_also_when_the_block_raises() -> No
         assert add(a=1, b=2).run() == "3"
         raise KeyError("the block fails")
     assert not _alive(second)
+
+
+def test_a_stdio_server_runs_with_the_environment_and_in_the_directory_it_is_given(tmp_path: Path) -> None:
+    with MCPToolset.stdio(COMMAND, env={"RXGRAPH_MCP_GREETING": "hej"}, cwd=tmp_path) as toolset:
+        assert _named(toolset, "env")(name="RXGRAPH_MCP_GREETING").run() == "hej"
+        assert _named(toolset, "cwd")().run() == str(tmp_path.resolve())
+        assert _named(toolset, "env")(name="PATH").run() != ""  # on top of what the SDK passes on
+    with MCPToolset.stdio(COMMAND) as toolset:
+        assert _named(toolset, "env")(name="RXGRAPH_MCP_GREETING").run() == ""
+        assert _named(toolset, "cwd")().run() == os.getcwd()
 
 
 def test_a_toolset_left_open_is_closed_when_the_interpreter_exits() -> None:
