@@ -71,8 +71,13 @@ class Landing:
 
     def __init__(self, run: Landed) -> None:
         self.run = run
-        # Whether its outputs are the plain ones: it tells no parent, shows the whole state and is not traced.
-        self.plain = run.on_updates is None and run.spec.schema.output_keys is None and run.trace is None
+        # Whether its outputs are the plain ones: it tells no parent, shows the whole state and its nodes are not
+        # traced (a run under a tracer that makes no spans is measured only).
+        self.plain = (
+            run.on_updates is None
+            and run.spec.schema.output_keys is None
+            and (run.trace is None or not run.trace.spans)
+        )
 
     def step(self, name: str, update: dict[str, Any] | None, view: Mapping[str, Any]) -> bool:
         """Land a direct step: node ``name`` returned ``update`` (a dict, or None) for the state ``view`` shows. What

@@ -272,7 +272,8 @@ class Run:
     def _drive(self) -> None:
         """Run supersteps until one has to wait for an asynchronous completion, or the run ended."""
         nodes, limit, landing = self.spec.nodes, self.config.recursion_limit, self.landing
-        direct_steps = DIRECT_STEPS and self.trace is None  # a traced run calls each node in its span
+        # A run whose nodes are traced calls each node in its span (not so under a tracer that makes no spans).
+        direct_steps = DIRECT_STEPS and (self.trace is None or not self.trace.spans)
         while not self.closed:
             at = self.at
             if at.stop is not None:

@@ -14,6 +14,9 @@ A run is traced from its subscription: its span's parent is the span current whe
 ``stream``/``invoke``, the task iterating ``astream``, the node running a subgraph), wherever its steps run later.
 Nodes are told their context explicitly (``enter``/``leave`` around their call and the subscription of their
 stream), so threads and trampolines do not matter. Every way a run ends ends all its spans (``ended``).
+
+Under a tracer that makes no spans (the API's own, when the application configured no SDK) a run is only measured:
+its node calls are not traced (``spans`` is False), so its steps cost what they cost uninstrumented.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class RunInstruments(NamedTuple):
 class RunTrace:
     """One run's spans and measurements (made by ``Telemetry.start_run``, called from the run's engine)."""
 
-    __slots__ = ("_ended", "_lock", "_nodes", "_slot", "_started", "context", "inner", "span", "to")
+    __slots__ = ("_ended", "_lock", "_nodes", "_slot", "_started", "context", "inner", "span", "spans", "to")
 
     def __init__(self, to: RunInstruments, *, run_id: str, thread_id: str | None, inner: bool) -> None:
         self.to = to
@@ -61,6 +64,9 @@ class RunTrace:
         if inner:
             attributes["rxgraph.subgraph"] = True
         self.span = to.tracer.start_span("rxgraph.run", context=parent, attributes=attributes)
+        # Whether the tracer makes spans at all (a sampled-out run's span does: its context still goes to its calls).
+        # When it does not, the engine calls the run's nodes as it does uninstrumented, and nothing here traces them.
+        self.spans = self.span.get_span_context().is_valid
         self.context = trace.set_span_in_context(self.span, parent)
         self._lock = threading.Lock()
         self._nodes: dict[int, tuple[Span, otel_context.Context]] = {}  # open node calls, by task index
@@ -72,6 +78,8 @@ class RunTrace:
 
     def node_started(self, node: str, index: int, step: int) -> None:
         """Task ``index`` of superstep ``step`` calls ``node`` now."""
+        if not self.spans:
+            return
         span = self.to.tracer.start_span(
             "rxgraph.node", context=self.context, attributes={"rxgraph.node": node, "rxgraph.step": step}
         )
@@ -84,14 +92,19 @@ class RunTrace:
     def enter(self, index: int) -> object:
         """Make task ``index``'s node span current on this thread (for its call, or its stream's subscription);
         hand the result to ``leave``."""
+        if not self.spans:
+            return None
         node = self._nodes.get(index)
         return otel_context.attach(node[1] if node is not None else self.context)
 
     def leave(self, token: object) -> None:
-        otel_context.detach(token)  # type: ignore[arg-type]
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
 
     def landed(self, checkpoint_id: str | None) -> None:
         """The superstep landed (``checkpoint_id``: what it wrote, if the run has a thread): its node spans end."""
+        if not self.spans:
+            return
         with self._lock:
             nodes = list(self._nodes.values())
             self._nodes.clear()
