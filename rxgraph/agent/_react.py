@@ -15,7 +15,14 @@ from reactivex.scheduler import ImmediateScheduler
 
 from .._arguments import check_int, check_scheduler
 from ..checkpoint._base import CheckpointSaver
-from ..errors import InvalidArgumentError, InvalidTypeError, MaxIterationsError, ToolInputError, UnsafeHistoryError
+from ..errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    MaxIterationsError,
+    NodeInterrupt,
+    ToolInputError,
+    UnsafeHistoryError,
+)
 from ..graph._builder import StateGraph
 from ..graph._compiled import CompiledGraph
 from ..graph._config import (
@@ -315,9 +322,13 @@ class ReactAgent:
         if gated:
             # The turn stops here until a human answers; resumed, this node runs again and gets the answer.
             request = ApprovalRequest(calls=gated)
-            if reporting is not None:  # the wait shows on the node's span (the run ends "interrupted")
-                reporting.event("rxgraph.approval.requested", {"gen_ai.tool.call.id": [c.id for c in gated]})
-            decisions = decisions_for(request, interrupt(request))
+            try:
+                answer = interrupt(request)
+            except NodeInterrupt:
+                if reporting is not None:  # the wait shows on the node's span (the run ends "interrupted")
+                    reporting.event("rxgraph.approval.requested", {"gen_ai.tool.call.id": [c.id for c in gated]})
+                raise
+            decisions = decisions_for(request, answer)
             if reporting is not None:
                 answers = {
                     "gen_ai.tool.call.id": list(decisions),
