@@ -151,6 +151,34 @@ def test_astream_runs_under_the_span_of_the_task_that_iterates_it(otel: Recorded
     assert otel.open.names() == []
 
 
+def test_ainvoke_runs_under_the_span_of_the_awaiting_task_and_an_async_tool_under_its_call(otel: Recorded) -> None:
+    tracer = otel.tracer_provider.get_tracer("test")
+
+    @tool
+    async def weather(city: str) -> str:
+        """The weather in a city."""
+        await asyncio.sleep(0)  # awaited on the run's loop, in a task of its own
+        with tracer.start_as_current_span("inside the tool"):
+            return "sunny"
+
+    agent = ReactAgent(_weather_model(), tools=[weather], checkpointer=MemorySaver())
+
+    async def turn() -> int:
+        with tracer.start_as_current_span("request") as request:
+            assert (await agent.ainvoke("Weather in Paris?", CONFIG)).content == "Sunny."
+            return request.get_span_context().span_id
+
+    request_id = asyncio.run(turn())
+    run = otel.one("rxgraph.run")
+    assert run.parent is not None and run.parent.span_id == request_id
+    call = otel.one("execute_tool weather")
+    assert otel.parent(otel.one("inside the tool")) == call
+    tools_node = otel.parent(call)
+    assert tools_node is not None and otel.parent(tools_node) == run
+    assert [otel.parent(otel.parent(s) or s) for s in otel.named("chat ScriptedChatModel")] == [run, run]
+    assert otel.open.names() == []
+
+
 def test_a_failed_run_has_status_error_and_its_exception(otel: Recorded) -> None:
     def broken(state: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("no luck")
