@@ -27,6 +27,9 @@ object)                          object re-serialized with        the text. Text
                                  both ways                        details LangChain may add are not kept
 ``additional_kwargs.refusal``    ``AssistantMessage.refusal``,    where langchain-openai puts a refusal
                                  both ways
+``additional_kwargs.             refused (``MessageFormatError``) where langchain-openai puts OpenAI's legacy
+function_call`` and                                               ``function_call`` and an audio answer, which
+``additional_kwargs.audio``                                       ``from_openai`` refuses too
 ``status: "error"``              ``ToolMessage.is_error``,        the same fact under two names
                                  both ways
 ``name``                         ``.name``, both ways             every LangChain message has one
@@ -58,7 +61,8 @@ type ``remove``, ``function``,   refused                          rxgraph histor
 ``chat`` without a ``role``      (``MessageFormatError``)         messages are superseded by tool messages
 ``response_metadata``,           ignored                          nothing rxgraph keeps; a tool's ``artifact`` is
 ``artifact``, ``example``,                                        never shown to the model
-``tool_call_chunks``, ...
+``tool_call_chunks``, other
+``additional_kwargs``, ...
 ===============================  ===============================  ===============================================
 """
 
@@ -74,7 +78,15 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ValidationError
 
 from rxgraph.errors import InvalidArgumentError, InvalidTypeError, MessageFormatError
-from rxgraph.messages._openai import PartFormatError, from_openai, parse_part, render_part, to_openai
+from rxgraph.messages._openai import (
+    AUDIO_ANSWER,
+    LEGACY_FUNCTION_CALL,
+    PartFormatError,
+    from_openai,
+    parse_part,
+    render_part,
+    to_openai,
+)
 from rxgraph.messages._parts import AudioPart, FilePart, ImagePart, TextPart
 from rxgraph.messages._types import (
     AssistantMessage,
@@ -306,7 +318,8 @@ def from_langchain(payload: Iterable[Mapping[str, Any] | BaseModel]) -> list[Mes
     Raises:
         MessageFormatError: an entry is not a message rxgraph can represent (``index`` is its position): not an
             object, an unknown type, a content block its role cannot hold or rxgraph does not keep (the message names
-            the block's index), a tool call without an id, or a missing or mistyped field. A pydantic
+            the block's index), a tool call without an id, an AI message's legacy ``function_call`` or ``audio``
+            answer (in its ``additional_kwargs``), or a missing or mistyped field. A pydantic
             ``ValidationError`` behind it is its ``__cause__``.
     """
     messages: list[Message] = []
@@ -520,6 +533,11 @@ def _parse_fields(kind: str, fields: Mapping[str, Any]) -> Message:
     if kind == "user":
         return UserMessage(content=content, name=name)
     if kind == "assistant":
+        # Where langchain-openai keeps what OpenAI's message had: refused as from_openai refuses it, never dropped.
+        if extra.get("function_call") is not None:
+            raise _EntryError(LEGACY_FUNCTION_CALL.format(key="'additional_kwargs.function_call'"))
+        if extra.get("audio") is not None:
+            raise _EntryError(AUDIO_ANSWER.format(key="'additional_kwargs.audio'"))
         return AssistantMessage(
             content=content,
             tool_calls=_tool_calls(fields, extra.get("tool_calls")),

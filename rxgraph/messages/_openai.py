@@ -90,7 +90,15 @@ from rxgraph.messages._types import (
     UserMessage,
 )
 
-__all__ = ["PartFormatError", "from_openai", "parse_part", "render_part", "to_openai"]
+__all__ = [
+    "AUDIO_ANSWER",
+    "LEGACY_FUNCTION_CALL",
+    "PartFormatError",
+    "from_openai",
+    "parse_part",
+    "render_part",
+    "to_openai",
+]
 
 _MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
 
@@ -230,6 +238,20 @@ class _EntryError(Exception):
     pass
 
 
+LEGACY_FUNCTION_CALL = (
+    "the legacy {key} cannot be kept: rxgraph keeps tool calls only; send it as a 'tool_calls' entry (and its "
+    "answer as a 'tool' message)"
+)
+"""Why an assistant message's ``function_call`` is refused; ``{key}`` is where it was (``from_langchain`` says it
+too)."""
+
+AUDIO_ANSWER = (
+    "an assistant {key} (a previous audio answer) cannot be kept: rxgraph messages hold no audio answers; send its "
+    "transcript as the content instead"
+)
+"""Why an assistant message's ``audio`` is refused; ``{key}`` is where it was (``from_langchain`` says it too)."""
+
+
 def _format_error(error: Any) -> str:
     location = ".".join(str(part) for part in error["loc"])
     return f"{location}: {error['msg']}" if location else str(error["msg"])
@@ -243,15 +265,9 @@ def _parse_entry(entry: Mapping[str, Any]) -> Message:
         return UserMessage(content=_content(entry, role), name=_optional_str(entry, "name"))
     if role == "assistant":
         if entry.get("function_call") is not None:
-            raise _EntryError(
-                "the legacy 'function_call' cannot be kept: rxgraph keeps tool calls only; send it as a "
-                "'tool_calls' entry (and its answer as a 'tool' message)"
-            )
+            raise _EntryError(LEGACY_FUNCTION_CALL.format(key="'function_call'"))
         if entry.get("audio") is not None:
-            raise _EntryError(
-                "an assistant 'audio' (a previous audio answer) cannot be kept: rxgraph messages hold no audio "
-                "answers; send its transcript as the content instead"
-            )
+            raise _EntryError(AUDIO_ANSWER.format(key="'audio'"))
         content = _content(entry, role)
         tool_calls = _tool_calls(entry.get("tool_calls"))
         return AssistantMessage(

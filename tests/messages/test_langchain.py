@@ -446,6 +446,21 @@ def test_from_langchain_refuses_malformed_entries_naming_the_index(entry: dict[s
     assert caught.value.index == 1 and isinstance(caught.value, ValueError)
 
 
+def test_a_legacy_function_call_or_an_audio_answer_langchain_openai_kept_is_refused_not_dropped() -> None:
+    # Where langchain-openai keeps what OpenAI's message had; without them the answer would read back empty.
+    legacy = lc.AIMessage(content="", additional_kwargs={"function_call": {"name": "f", "arguments": "{}"}})
+    audio = {"id": "audio_1", "data": "UklGRg==", "expires_at": 0, "transcript": "Hello"}
+    spoken = lc.AIMessage(content="", additional_kwargs={"audio": audio})
+    for message, key in [(legacy, "additional_kwargs.function_call"), (spoken, "additional_kwargs.audio")]:
+        for entry in (message, message.model_dump(), dumpd(message), lc.messages_to_dict([message])[0]):
+            with pytest.raises(MessageFormatError, match=rf"^message 1: .*'{key}'.* cannot be kept") as caught:
+                from_langchain([lc.HumanMessage(content="hi"), entry])
+            assert caught.value.index == 1
+    # Null, they say nothing.
+    nothing = lc.AIMessage(content="hi", additional_kwargs={"function_call": None, "audio": None})
+    assert from_langchain([nothing]) == [AssistantMessage(content="hi")]
+
+
 def test_from_langchain_keeps_the_validation_error_as_the_cause() -> None:
     with pytest.raises(MessageFormatError, match="duplicate tool call id 'c1'") as caught:
         from_langchain([{"role": "user", "content": "q"}, _ai(tool_calls=[_call(), _call()])])
