@@ -565,7 +565,11 @@ def reference_stream(graph: CompiledGraph, input: Mapping[str, Any] | None, conf
 
             def branch(index: int, task: Task) -> Observable[Any]:
                 def start_branch(_: Any) -> Observable[Any]:
-                    if terminated[0]:  # the run failed while the merge was still starting branches: no more
+                    # The run failed, or was cancelled, while the merge was still starting branches: no more. (A
+                    # cancel usually stops the merge itself, but not when it lands on another thread while the
+                    # finished branch's subscription is still being made: reactivex's merge then takes that branch's
+                    # completion and starts the next one.)
+                    if terminated[0] or writer.cancelled:
                         return rx.empty(scheduler=ImmediateScheduler.singleton())
                     name = name_of(task)
                     node = spec.nodes[name]

@@ -23,7 +23,7 @@ import operator
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from reactivex import operators as ops
 from reactivex.abc import DisposableBase
+from reactivex.disposable import Disposable
 from reactivex.scheduler import CurrentThreadScheduler
 from reactivex.testing import TestScheduler
 from typing_extensions import TypedDict
@@ -225,15 +226,31 @@ def _node_action(
 
 
 def _on_the_pool(pool: ThreadPoolExecutor, update: dict[str, Any]) -> rx.Observable[dict[str, Any]]:
-    """An update computed on a pool thread, whose completion always arrives on that thread: the job finishes only
-    once the subscription has registered for it."""
+    """An update computed on a pool thread, whose completion always arrives on that thread, after the subscribing
+    thread finished what it was doing: the job finishes only once the subscription has registered for it, and the
+    subscribing thread's trampoline has run the action that subscribed.
+
+    Otherwise the threads race, and the runners' outputs differ as the races do: a parallel superstep's merge, still
+    handing out its branches on the subscribing thread, could see the first branch's completion first and start the
+    next branch there instead of on the pool thread; a node's items, pulled in a trampoline there, can be stopped by a
+    cancel between two items, and not on the pool thread, where no trampoline runs."""
     registered = threading.Event()
     future = pool.submit(lambda: (registered.wait(60), update)[1])
 
     def subscribe(observer: Any, scheduler: Any = None) -> DisposableBase:
-        subscription = rx.from_future(future).subscribe(observer)
-        registered.set()
-        return subscription
+        def done(finished: Future[dict[str, Any]]) -> None:
+            if finished.cancelled():
+                return
+            error = finished.exception()
+            if error is not None:
+                observer.on_error(error)
+                return
+            observer.on_next(finished.result())
+            observer.on_completed()
+
+        future.add_done_callback(done)
+        CurrentThreadScheduler.singleton().schedule(lambda *_: registered.set())
+        return Disposable(future.cancel)
 
     return rx.create(subscribe)
 
