@@ -20,6 +20,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable
 
 from ..messages._types import ToolMessage
+from ..rx._subscribe import subscribe_source
 
 __all__ = ["TracedStream", "message_parts", "traced_chat", "traced_tool"]
 
@@ -51,6 +52,11 @@ def traced_chat(
 
     def _subscribe(observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None) -> abc.DisposableBase:
         span = tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        if not span.is_recording():
+            # Nothing of it would be kept (no SDK configured, or a trace sampled out): the model's chunks go to the
+            # subscriber as they would uninstrumented, with no frame of ours between them.
+            span.end()
+            return subscribe_source(source, observer.on_next, observer.on_error, observer.on_completed, scheduler)
         if capture:
             span.set_attribute("gen_ai.input.messages", json.dumps(message_parts(messages), ensure_ascii=False))
         call = _ChatCall(span, observer, capture)

@@ -1,9 +1,11 @@
 """Instrumented under a tracer that makes no spans (the API's own: the application configured no SDK), a run is only
-measured: its steps take the path they take uninstrumented, and its metrics are counted. A sampled-out run is still
-traced, so that its context (not recorded, but valid) reaches what its nodes call."""
+measured: its steps take the path they take uninstrumented, its metrics are counted, and a model's answer reaches the
+subscriber as it would uninstrumented. A sampled-out run is still traced, so that its context (not recorded, but
+valid) reaches what its nodes call."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -17,8 +19,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from reactivex.scheduler import ThreadPoolScheduler
 
 import rxgraph.otel
-from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
+from rxgraph import END, START, KeyStrategy, MemorySaver, RunnableConfig, StateGraph, StreamingOutput
+from rxgraph.agent import ReactAgent
 from rxgraph.graph import _landing
+from rxgraph.testing import ScriptedChatModel, finish, text
 
 CONFIG = RunnableConfig(thread_id="t")
 
@@ -113,3 +117,29 @@ def test_a_sampled_out_run_still_hands_its_nodes_context_to_what_they_call(
     assert node.is_valid and node.trace_id == caller.trace_id and node.span_id != caller.span_id
     assert not node.trace_flags.sampled
     assert direct_steps == []  # each node is called in its span
+
+
+def _chunks_passed_through_otel(tracer_provider: Any) -> list[bool]:
+    """For each chunk of a model's answer the subscriber got: whether a frame of rxgraph.otel was on the way."""
+    rxgraph.otel.instrument(tracer_provider=tracer_provider)
+    seen: list[bool] = []
+
+    def on_next(output: Any) -> None:
+        if isinstance(output, StreamingOutput) and output.node == "model":
+            seen.append(any("rxgraph/otel/" in frame.filename for frame in traceback.extract_stack()))
+
+    try:
+        agent = ReactAgent(ScriptedChatModel([[text("Hel"), text("lo."), finish("stop")]]))
+        agent.stream("Hi").subscribe(on_next)
+    finally:
+        rxgraph.otel.uninstrument()
+    return seen
+
+
+def test_a_model_answer_that_no_span_records_reaches_the_subscriber_as_uninstrumented() -> None:
+    assert _chunks_passed_through_otel(trace.NoOpTracerProvider()) == [False, False, False]
+    recorded = TracerProvider()
+    try:
+        assert _chunks_passed_through_otel(recorded) == [True, True, True]  # a chat span sees each chunk
+    finally:
+        recorded.shutdown()
