@@ -255,6 +255,17 @@ def test_async_with_keeps_the_session_on_the_callers_loop_for_an_async_turn() ->
     assert not _alive(pid)
 
 
+def test_async_with_over_streamable_http_serves_an_async_turn_on_the_callers_loop(http_url: str) -> None:
+    async def main() -> tuple[str, str]:
+        async with MCPToolset.http(http_url) as toolset:
+            agent, _ = _agent(toolset, [tool_call("c1", "add", '{"a": 1, "b": 2}'), finish("tool_calls")], [text("3")])
+            config = RunnableConfig(thread_id="t")
+            answer = await agent.ainvoke("1 + 2?", config)
+            return answer.content, agent.get_state(config).values["messages"][2].content
+
+    assert asyncio.run(main()) == ("3", "3")
+
+
 def test_an_opening_cancelled_while_the_server_starts_stops_it(report_socket: tuple[str, socket.socket]) -> None:
     path, listening = report_socket
     # A server that says it started, then reads every request and never answers: the opening waits for its first
