@@ -26,8 +26,9 @@ def instrument(
     rxgraph emits through ``opentelemetry-api`` only (the ``otel`` extra: ``pip install 'rxgraph[otel]'``) to the
     providers the application configured: the global ones (``trace.set_tracer_provider``,
     ``metrics.set_meter_provider``) unless others are given here. It ships no exporter. Until this is called, runs
-    pay one ``is None`` check per step and nothing of OpenTelemetry is imported. Calling it again replaces the
-    providers; ``uninstrument`` stops reporting.
+    pay one ``is None`` check per step and nothing of OpenTelemetry is imported. Under a tracer that makes no spans
+    (no SDK configured: the API's own) runs trace nothing and step as they do uninstrumented; their metrics still go
+    to the meter provider. Calling it again replaces the providers; ``uninstrument`` stops reporting.
 
     Args:
         tracer_provider: where spans go (default: the global tracer provider, also one set later).
