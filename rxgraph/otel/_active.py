@@ -1,7 +1,8 @@
 """Whether rxgraph emits telemetry, read by the engine once per run (and once per model or tool call).
 
 This module imports nothing of OpenTelemetry: until ``instrument`` is called, a run asks ``telemetry()`` once, gets
-None, and carries no trace; its steps then pay one ``is None`` check each.
+None, and carries no trace; its direct steps check nothing more, and a node call that is not one checks its
+``None`` trace.
 """
 
 from __future__ import annotations

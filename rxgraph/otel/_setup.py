@@ -25,8 +25,8 @@ def instrument(
 
     rxgraph emits through ``opentelemetry-api`` only (the ``otel`` extra: ``pip install 'rxgraph[otel]'``) to the
     providers the application configured: the global ones (``trace.set_tracer_provider``,
-    ``metrics.set_meter_provider``) unless others are given here. It ships no exporter. Until this is called, runs
-    pay one ``is None`` check per step and nothing of OpenTelemetry is imported. Under a tracer that makes no spans
+    ``metrics.set_meter_provider``) unless others are given here. It ships no exporter. Until this is called, a run asks
+    once, as it starts, whether to report, and nothing of OpenTelemetry is imported. Under a tracer that makes no spans
     (no SDK configured: the API's own) runs trace nothing and step as they do uninstrumented; their metrics still go
     to the meter provider. Calling it again replaces the providers; ``uninstrument`` stops reporting.
 
