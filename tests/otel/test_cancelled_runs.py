@@ -1,8 +1,10 @@
-"""A turn cancelled while a tool runs on a pool: its run says ``cancelled``, one rewind event names the checkpoint the
-thread went back to and the head it left, and no span stays open — the tool still running included."""
+"""A turn cancelled while a tool runs on a pool — its subscription disposed, or the asyncio task awaiting it cancelled:
+its run says ``cancelled``, one rewind event names the checkpoint the thread went back to and the head it left, and no
+span stays open — the tool still running included."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
@@ -99,3 +101,40 @@ def test_a_turn_cancelled_while_a_pool_tool_runs_is_cancelled_rewound_once_and_l
         f"thread 't': run {run_id} was cancelled and rewound to checkpoint {turn.before}; its head is now "
         f"checkpoint {head.id} (seq {head.seq})"
     )
+
+
+@pytest.mark.parametrize("how", ["ainvoke", "astream"])
+def test_a_task_cancelled_while_a_pool_tool_runs_ends_every_span_before_its_await_returns(
+    otel: Recorded, pool: ThreadPoolScheduler, how: str
+) -> None:
+    # The asyncio way a turn ends: the task awaiting it is cancelled (a server's request task, a client gone).
+    turn = _Turn(pool)
+    otel.exporter.clear()
+
+    async def consume() -> None:
+        if how == "ainvoke":
+            await turn.agent.ainvoke("Weather in Paris?", CONFIG)
+        else:
+            async for _ in turn.agent.astream("Weather in Paris?", CONFIG):
+                pass
+
+    async def main() -> list[str]:
+        task = asyncio.create_task(consume())
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, turn.started.wait, 10)
+            assert "execute_tool weather" in otel.open.names()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return otel.open.names()  # what is still open once the cancelled task has ended
+        finally:
+            turn.release.set()
+
+    assert asyncio.run(main()) == []
+    run = otel.one("rxgraph.run")
+    assert run.attributes is not None and run.attributes["rxgraph.outcome"] == "cancelled"
+    assert [event.name for event in run.events].count("rxgraph.rewind") == 1
+    call = otel.one("execute_tool weather")
+    assert call.attributes is not None and call.attributes["rxgraph.cancelled"] is True
+    head = turn.saver.get("t")
+    assert head is not None and head.source == "rewind"
