@@ -349,14 +349,9 @@ class ReactAgent:
         self, call: ToolCall, decision: Approve | Edit | Reject | None, run: RunInfo, traced: _Traced | None
     ) -> Observable[ToolMessage]:
         if isinstance(decision, Reject):
-            return rx.of(
-                ToolMessage(
-                    tool_call_id=call.id,
-                    name=call.name,
-                    content=f"tool {call.name!r} was not run: {decision.reason}",
-                    is_error=True,
-                )
-            )
+            reason = f"tool {call.name!r} was not run: {decision.reason}"
+            _not_run(traced, call, "reject", "rejected", reason)
+            return rx.of(ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True))
         approval = decision.decision if decision is not None else None
         if isinstance(decision, Edit):
             return self._run_tool(call.model_copy(update={"arguments": decision.arguments}), run, traced, approval)
@@ -371,11 +366,15 @@ class ReactAgent:
         chosen = self.tools.get(call.name)
         if chosen is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return rx.of(error(f"unknown tool {call.name!r}; the tools are: {known}"))
+            reason = f"unknown tool {call.name!r}; the tools are: {known}"
+            _not_run(traced, call, approval, "unknown_tool", reason)
+            return rx.of(error(reason))
         try:
             arguments = chosen.parse_arguments(call.arguments)
         except ToolInputError as problem:
-            return rx.of(error(f"tool {call.name!r} was not run: {problem}"))
+            reason = f"tool {call.name!r} was not run: {problem}"
+            _not_run(traced, call, approval, type(problem).__qualname__, reason)
+            return rx.of(error(reason))
 
         def to_message(value: Any) -> ToolMessage:
             if value is _NO_RESULT:
@@ -394,6 +393,21 @@ class ReactAgent:
                 result, name=call.name, call_id=call.id, arguments=call.arguments, parent=parent, approval=approval
             )
         return result.pipe(ops.default_if_empty(_NO_RESULT), ops.map(to_message), ops.catch(failed))
+
+
+def _not_run(traced: _Traced | None, call: ToolCall, approval: str | None, error_type: str, reason: str) -> None:
+    """A call that is not run still shows in the trace (when traced), as a span that ends at once with the error."""
+    if traced is not None:
+        reporting, parent = traced
+        reporting.tool_not_run(
+            name=call.name,
+            call_id=call.id,
+            arguments=call.arguments,
+            parent=parent,
+            approval=approval,
+            error_type=error_type,
+            reason=reason,
+        )
 
 
 def _as_tool(item: Any) -> Tool:

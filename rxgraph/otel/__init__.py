@@ -10,7 +10,8 @@ reports, through ``opentelemetry-api``, to those providers (rxgraph has no expor
 - a span ``rxgraph.node`` per node call (``rxgraph.node``, ``rxgraph.step``, ``rxgraph.checkpoint_id`` it wrote), a
   subgraph's run inside its node's;
 - ``chat {model}`` spans for model calls and ``execute_tool {tool}`` spans for tool calls, as the GenAI semantic
-  conventions name them (message contents only when asked for: see ``instrument``);
+  conventions name them (message contents only when asked for: see ``instrument``), a call that was never run (an
+  unknown tool, arguments that do not fit, a call a human rejected) included, with status ERROR and ``error.type``;
 - the metrics ``rxgraph.runs`` (by ``rxgraph.outcome``), ``rxgraph.run.duration``, ``rxgraph.rewind.duration`` (s),
   ``rxgraph.runs.active`` (runs holding their thread) and ``rxgraph.runs.waiting`` (runs in line for it).
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
-from ._genai import traced_chat, traced_tool
+from ._genai import tool_not_run, traced_chat, traced_tool
 from ._run_trace import RunInstruments, RunTrace
 
 if TYPE_CHECKING:
@@ -94,6 +94,32 @@ class Telemetry:
             arguments=arguments,
             parent=parent,
             approval=approval,
+        )
+
+    def tool_not_run(
+        self,
+        *,
+        name: str,
+        call_id: str,
+        arguments: str,
+        parent: otel_context.Context,
+        approval: str | None,
+        error_type: str,
+        reason: str,
+    ) -> None:
+        """Report a tool call that was never run (an unknown tool, arguments that do not fit it, a call a human
+        rejected) as an ``execute_tool {name}`` span, a child of ``parent``, ended at once with status ERROR and
+        ``error.type``: the model reads an error message for it, and the trace shows why."""
+        tool_not_run(
+            self.tracer,
+            self.capture_content,
+            name=name,
+            call_id=call_id,
+            arguments=arguments,
+            parent=parent,
+            approval=approval,
+            error_type=error_type,
+            reason=reason,
         )
 
     def current_context(self) -> otel_context.Context:

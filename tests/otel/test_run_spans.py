@@ -16,7 +16,7 @@ from reactivex.scheduler import ThreadPoolScheduler
 from reactivex.testing import TestScheduler
 
 from rxgraph import END, START, Command, InterruptOutput, KeyStrategy, MemorySaver, RunnableConfig, StateGraph
-from rxgraph.agent import ReactAgent, tool
+from rxgraph.agent import ReactAgent, Reject, tool
 from rxgraph.agent._model import ChatChunk
 from rxgraph.testing import ScriptedChatModel, ScriptedTool, finish, marbles, text, tool_call
 
@@ -246,6 +246,60 @@ def test_a_run_stopped_for_a_tool_approval_says_interrupted_and_the_wait_shows(o
     assert answered.attributes is not None and answered.attributes["rxgraph.approval"] == ("approve",)
     call = otel.one("execute_tool weather")
     assert call.attributes is not None and call.attributes["rxgraph.tool.approval"] == "approve"
+
+
+def test_calls_that_are_never_run_have_spans_that_say_why(otel: Recorded) -> None:
+    # The model calls a tool that does not exist, a tool with arguments that do not fit it, and one that runs.
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    model = ScriptedChatModel(
+        [
+            [
+                tool_call("c0", "forecast", '{"city": "Paris"}'),
+                tool_call("c1", "weather", '{"town": "Paris"}', index=1),
+                tool_call("c2", "weather", '{"city": "Paris"}', index=2),
+                finish("tool_calls"),
+            ],
+            [text("Sunny."), finish("stop")],
+        ]
+    )
+    ReactAgent(model, tools=[weather], checkpointer=MemorySaver()).invoke("Weather in Paris?", CONFIG)
+    tools_node = [n for n in otel.named("rxgraph.node") if n.attributes and n.attributes["rxgraph.node"] == "tools"]
+    (node,) = tools_node
+    calls = {span.attributes["gen_ai.tool.call.id"]: span for span in otel.children(node) if span.attributes}
+    assert sorted(calls) == ["c0", "c1", "c2"]
+    assert calls["c0"].name == "execute_tool forecast"
+    for call_id, error_type in (("c0", "unknown_tool"), ("c1", "ToolInputError")):
+        span = calls[call_id]
+        assert span.status.status_code is StatusCode.ERROR, call_id
+        assert span.attributes is not None and span.attributes["error.type"] == error_type
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert calls["c0"].status.description == "unknown tool 'forecast'; the tools are: weather"
+    assert calls["c2"].status.status_code is not StatusCode.ERROR
+    assert calls["c2"].attributes is not None and "error.type" not in calls["c2"].attributes
+
+
+def test_a_rejected_call_has_a_span_that_says_so(otel: Recorded) -> None:
+    @tool(requires_approval=True)
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    agent = ReactAgent(_weather_model(), tools=[weather], checkpointer=MemorySaver())
+    stop = agent.stream("Weather in Paris?", CONFIG).pipe(rx.operators.to_list()).run()[-1]
+    assert isinstance(stop, InterruptOutput)
+    otel.exporter.clear()
+    agent.invoke(Command(resume={"c0": Reject(reason="not now")}), CONFIG)
+    call = otel.one("execute_tool weather")
+    assert call.attributes is not None and call.attributes["rxgraph.tool.approval"] == "reject"
+    assert call.attributes["error.type"] == "rejected"
+    assert call.status.status_code is StatusCode.ERROR
+    assert call.status.description == "tool 'weather' was not run: not now"
+    node = otel.parent(call)
+    assert node is not None and node.attributes is not None and node.attributes["rxgraph.node"] == "tools"
 
 
 def test_a_run_stopped_by_interrupt_before_says_interrupted(otel: Recorded) -> None:
