@@ -55,13 +55,18 @@ class WeatherModel:
 
 
 def _run(agent: ReactAgent, text: str, config: RunnableConfig, take: int | None) -> str | None:
-    """One turn, to its end (or cut after ``take`` outputs); the error's text if it failed."""
+    """One turn, to its end (or cut after ``take`` outputs), waited for until its subscription is torn down; the
+    error's text if it failed.
+
+    Not only until ``on_completed``: ``take`` calls it before it disposes the run, and the cut turn's rewind runs in
+    that dispose. Returning at ``on_completed``, a process's last turn could see its saver closed under its rewind,
+    which then failed and left the cut turn on the thread."""
     done = threading.Event()
     failure: list[str] = []
     source = agent.stream(text, config)
     if take is not None:
         source = source.pipe(ops.take(take))
-    source.subscribe(on_error=lambda e: (failure.append(f"{type(e).__name__}: {e}"), done.set()), on_completed=done.set)
+    source.pipe(ops.finally_action(done.set)).subscribe(on_error=lambda e: failure.append(f"{type(e).__name__}: {e}"))
     if not done.wait(60):
         return "timeout: the turn did not end within 60 s"
     return failure[0] if failure else None
