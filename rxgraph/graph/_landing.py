@@ -57,6 +57,9 @@ class Landed(Protocol):
     def trace(self) -> RunTrace | None: ...
 
     @property
+    def traces_nodes(self) -> bool: ...
+
+    @property
     def end(self) -> RunEnd: ...
 
     @property
@@ -72,12 +75,8 @@ class Landing:
     def __init__(self, run: Landed) -> None:
         self.run = run
         # Whether its outputs are the plain ones: it tells no parent, shows the whole state and its nodes are not
-        # traced (a run under a tracer that makes no spans is measured only).
-        self.plain = (
-            run.on_updates is None
-            and run.spec.schema.output_keys is None
-            and (run.trace is None or not run.trace.spans)
-        )
+        # traced.
+        self.plain = run.on_updates is None and run.spec.schema.output_keys is None and not run.traces_nodes
 
     def step(self, name: str, update: dict[str, Any] | None, view: Mapping[str, Any]) -> bool:
         """Land a direct step: node ``name`` returned ``update`` (a dict, or None) for the state ``view`` shows. What

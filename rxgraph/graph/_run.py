@@ -121,6 +121,7 @@ class Run:
         "step",
         "steps",
         "trace",
+        "traces_nodes",
         "writer",
     )
 
@@ -182,6 +183,8 @@ class Run:
             if reporting is not None
             else None
         )
+        # Whether its node calls are traced, each in its span (not under a tracer that makes no spans: measured only).
+        self.traces_nodes = self.trace is not None and self.trace.spans
         self.landing = Landing(self)  # (once the trace is there)
         saver, thread_id = self.writer.saver, self.writer.thread_id
         self.admission = (
@@ -272,8 +275,7 @@ class Run:
     def _drive(self) -> None:
         """Run supersteps until one has to wait for an asynchronous completion, or the run ended."""
         nodes, limit, landing = self.spec.nodes, self.config.recursion_limit, self.landing
-        # A run whose nodes are traced calls each node in its span (not so under a tracer that makes no spans).
-        direct_steps = DIRECT_STEPS and (self.trace is None or not self.trace.spans)
+        direct_steps = DIRECT_STEPS and not self.traces_nodes  # a traced node is called in its span
         while not self.closed:
             at = self.at
             if at.stop is not None:
