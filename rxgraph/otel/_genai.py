@@ -22,7 +22,7 @@ from reactivex.disposable import CompositeDisposable, Disposable
 from ..messages._types import ToolMessage
 from ..rx._subscribe import subscribe_source
 
-__all__ = ["TracedStream", "message_parts", "tool_not_run", "traced_chat", "traced_tool"]
+__all__ = ["TracedStream", "message_parts", "tool_attributes", "traced_chat", "traced_tool"]
 
 
 class TracedStream(Observable[Any]):
@@ -78,7 +78,7 @@ def traced_tool(
     approval: str | None,
 ) -> Observable[Any]:
     """``source`` with an ``execute_tool {name}`` span per subscription (see ``Telemetry.tool``)."""
-    attributes = _tool_attributes(capture, name=name, call_id=call_id, arguments=arguments, approval=approval)
+    attributes = tool_attributes(capture, name=name, call_id=call_id, arguments=arguments, approval=approval)
 
     def _subscribe(observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None) -> abc.DisposableBase:
         span = tracer.start_span(f"execute_tool {name}", context=parent, attributes=attributes)
@@ -94,29 +94,8 @@ def traced_tool(
     return Observable(_subscribe)
 
 
-def tool_not_run(
-    tracer: Tracer,
-    capture: bool,
-    *,
-    name: str,
-    call_id: str,
-    arguments: str,
-    parent: otel_context.Context,
-    approval: str | None,
-    error_type: str,
-    reason: str,
-) -> None:
-    """An ``execute_tool {name}`` span for a call that never ran, ended at once: status ERROR, ``error.type``
-    ``error_type``, and ``reason`` (what the model is told) as the status's description (see
-    ``Telemetry.tool_not_run``)."""
-    attributes = _tool_attributes(capture, name=name, call_id=call_id, arguments=arguments, approval=approval)
-    attributes["error.type"] = error_type
-    span = tracer.start_span(f"execute_tool {name}", context=parent, attributes=attributes)
-    span.set_status(Status(StatusCode.ERROR, reason))
-    span.end()
-
-
-def _tool_attributes(capture: bool, *, name: str, call_id: str, arguments: str, approval: str | None) -> dict[str, Any]:
+def tool_attributes(capture: bool, *, name: str, call_id: str, arguments: str, approval: str | None) -> dict[str, Any]:
+    """The attributes of the ``execute_tool`` span of a call (its arguments only with content capture)."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,

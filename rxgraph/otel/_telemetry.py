@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.trace import Status, StatusCode
 
-from ._genai import tool_not_run, traced_chat, traced_tool
+from ._genai import tool_attributes, traced_chat, traced_tool
 from ._run_trace import RunInstruments, RunTrace
 
 if TYPE_CHECKING:
@@ -109,18 +110,15 @@ class Telemetry:
     ) -> None:
         """Report a tool call that was never run (an unknown tool, arguments that do not fit it, a call a human
         rejected) as an ``execute_tool {name}`` span, a child of ``parent``, ended at once with status ERROR and
-        ``error.type``: the model reads an error message for it, and the trace shows why."""
-        tool_not_run(
-            self.tracer,
-            self.capture_content,
-            name=name,
-            call_id=call_id,
-            arguments=arguments,
-            parent=parent,
-            approval=approval,
-            error_type=error_type,
-            reason=reason,
+        ``error.type``: the model reads an error message for it (``reason``, the status's description), and the trace
+        shows why."""
+        attributes = tool_attributes(
+            self.capture_content, name=name, call_id=call_id, arguments=arguments, approval=approval
         )
+        attributes["error.type"] = error_type
+        span = self.tracer.start_span(f"execute_tool {name}", context=parent, attributes=attributes)
+        span.set_status(Status(StatusCode.ERROR, reason))
+        span.end()
 
     def current_context(self) -> otel_context.Context:
         """The OpenTelemetry context current here (to hand to work that starts on another thread)."""
