@@ -31,7 +31,7 @@ databases. Without it, the tests start a throwaway cluster of their own with ``.
 def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> StepPath:
     """Runs the test twice: with the run's direct step (its fast path for a one-node superstep, see ``Run._drive``)
     and with every superstep on the general path. Both must behave alike; ``StepPath.check`` says the path was taken."""
-    from rxgraph.graph import _landing, _run
+    from rxgraph.graph import _interrupt, _landing, _run
 
     path = StepPath(direct=request.param == "direct")
     saver = request.node.callspec.params.get("saver_factory") if hasattr(request.node, "callspec") else None
@@ -41,18 +41,20 @@ def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
             "depend on the saver"
         )
     monkeypatch.setattr(_run, "DIRECT_STEPS", path.direct)
-    land_step, call_unanswered = _landing.Landing.step, _run.call_unanswered
+    land_step, call_direct = _landing.Landing.step, _interrupt.DirectCalls.call
 
     def landed(landing: _landing.Landing, name: str, update: dict[str, Any] | None, view: Any) -> bool:
         path.landed += 1
         return land_step(landing, name, update, view)
 
-    def called(node: str, action: Callable[..., Any], state: Any, config: Any = None) -> Any:
+    def called(
+        calls: _interrupt.DirectCalls, node: str, action: Callable[..., Any], state: Any, config: Any = None
+    ) -> Any:
         path.called += 1
-        return call_unanswered(node, action, state, config)
+        return call_direct(calls, node, action, state, config)
 
     monkeypatch.setattr(_landing.Landing, "step", landed)
-    monkeypatch.setattr(_run, "call_unanswered", called)
+    monkeypatch.setattr(_interrupt.DirectCalls, "call", called)
     return path
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from types import CoroutineType
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -18,10 +18,11 @@ __all__ = [
     "NO_CALL",
     "CallScope",
     "Command",
+    "DirectCalls",
     "InterruptWhen",
     "ParentCommand",
     "PendingInterrupt",
-    "call_unanswered",
+    "call_finished",
     "current_call",
     "enter_scope",
     "in_node_call",
@@ -159,6 +160,7 @@ class _Scope:
     call: CallScope = NO_CALL
     used: int = 0
     asked: bool = False
+    active: bool = True  # a call's own scope is active while it is set; a ``DirectCalls`` scope only during a call
 
 
 def _scope_of(call: CallScope) -> _Scope:
@@ -175,7 +177,9 @@ def interrupt(value: Any = None) -> Any:
     """Stop the run here and ask for ``value``'s answer; when the run is resumed with ``Command(resume=answer)``,
     the node runs again from its start and this call returns ``answer``.
 
-    Call it in a node's action (plain or ``async def``; an ``async def`` node may also return ``NodeInterrupt(value)``).
+    Call it in a node's action (plain or ``async def``; an ``async def`` node may also return ``NodeInterrupt(value)``),
+    or in code run in a context copied during the call (``contextvars.copy_context()``) while the node's work goes
+    on: a stream the node returned, say. Once the node returned its update, the call is over there too.
     The run ends with an ``InterruptOutput``; the thread's head is the state before the node's
     superstep, with the interrupt pending (``get_state(config).interrupt``). A node that calls ``interrupt``
     several times gets each answer back in order when it is resumed; what it did before the call runs again on
@@ -190,7 +194,7 @@ def interrupt(value: Any = None) -> Any:
         InvalidArgumentError: called outside a node's action.
     """
     scope = _scope.get()
-    if scope is None:
+    if scope is None or not scope.active:
         raise InvalidArgumentError(
             "interrupt() is called from a node's action while the graph runs it (not from a thread or a task the "
             "node started: return NodeInterrupt(value) from the node instead)",
@@ -207,6 +211,14 @@ def interrupt(value: Any = None) -> Any:
 def enter_scope(call: CallScope = NO_CALL) -> Any:
     """Open the scope of one node call; returns the token ``leave_scope`` takes."""
     return _scope.set(_scope_of(call))
+
+
+def call_finished() -> None:
+    """The node call whose scope is open now is over, nothing of it goes on later: ``interrupt()`` is refused, and
+    ``in_node_call()`` is False, in the contexts copied during it from now on."""
+    scope = _scope.get()
+    if scope is not None:
+        scope.active = False
 
 
 def leave_scope(token: Any) -> None:
@@ -234,26 +246,62 @@ def _swallowed(node: str) -> InterruptSwallowedError:
     )
 
 
-def call_unanswered(node: str, action: Callable[..., Any], state: Any, config: Any = None) -> Any:
-    """``action(state)`` (``action(state, config)`` when a config is given) for node ``node`` in a scope of its own
-    that answers nothing (``NO_CALL``), its result checked: what ``enter_scope(NO_CALL)``, ``scoped(action(...),
-    NO_CALL, node)`` and ``leave_scope`` do, in one call (the run's direct step makes one per step).
+class DirectCalls:
+    """The ``interrupt()`` scope of the node calls of a run's direct steps (see ``Run._drive``) over one stretch of
+    its drive loop: what the general path does for a call that answers nothing (``enter_scope(NO_CALL)``,
+    ``scoped``, ``call_finished`` for a plain update, ``leave_scope``), with the context var set once for the
+    stretch instead of twice per call.
 
-    Raises:
-        InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
-        Exception: what the action raised.
+    The scope is active only while a node is called: between two calls (the run landing a step, its subscriber
+    taking an output) ``interrupt()`` is refused and ``in_node_call()`` is False, as with no scope, and so in the
+    contexts copied during a call that returned a plain update. A call that raises, or returns more than a plain
+    update (a stream, a coroutine: work that goes on after the call, maybe in a context copied during it), keeps
+    the scope as its own, active, and the context var gets back the value it had before; the next call sets a
+    fresh one. So does ``close()``, which ends the stretch.
     """
-    scope = _Scope()
-    token = _scope.set(scope)
-    try:
-        result = action(state) if config is None else action(state, config)
-    finally:
-        _scope.reset(token)
-    if scope.asked:
-        raise _swallowed(node)
-    if type(result) is CoroutineType:
-        return _in_scope(result, NO_CALL, node)
-    return result
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self) -> None:
+        self._scope: _Scope | None = None
+        self._token: Token[_Scope | None] | None = None
+
+    def call(self, node: str, action: Callable[..., Any], state: Any, config: Any = None) -> Any:
+        """``action(state)`` (``action(state, config)`` when a config is given) for node ``node``, in the scope,
+        which answers nothing (``NO_CALL``), its result checked.
+
+        Raises:
+            InterruptSwallowedError: the node caught the ``NodeInterrupt`` of its ``interrupt()`` call.
+            Exception: what the action raised.
+        """
+        scope = self._scope
+        if scope is None:
+            scope = self._scope = _Scope()
+            self._token = _scope.set(scope)
+        else:
+            scope.active = True
+        try:
+            result = action(state) if config is None else action(state, config)
+        except BaseException:
+            self.close()  # (the scope stays active in the contexts copied during the call, as a call's own does)
+            raise
+        if scope.asked:
+            self.close()
+            raise _swallowed(node)
+        if result is None or type(result) is dict:
+            scope.active = False
+            return result
+        self.close()  # work that goes on after the call keeps the scope, active, in the contexts copied during it
+        if type(result) is CoroutineType:
+            return _in_scope(result, NO_CALL, node)
+        return result
+
+    def close(self) -> None:
+        """The stretch ended: the context var has the value it had before it again."""
+        if self._token is not None:
+            _scope.reset(self._token)
+            self._token = None
+        self._scope = None
 
 
 async def _in_scope(coroutine: Coroutine[Any, Any, Any], call: CallScope, node: str) -> Any:
@@ -284,7 +332,8 @@ def scoped(result: Any, call: CallScope, node: str) -> Any:
 
 def in_node_call() -> bool:
     """Whether this code runs inside a node's call (its action, on the thread or task the run called it in)."""
-    return _scope.get() is not None
+    scope = _scope.get()
+    return scope is not None and scope.active
 
 
 def current_call() -> CallScope:

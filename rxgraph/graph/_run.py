@@ -57,8 +57,9 @@ from ._interrupt import (
     NO_CALL,
     CallScope,
     Command,
+    DirectCalls,
     PendingInterrupt,
-    call_unanswered,
+    call_finished,
     enter_scope,
     leave_scope,
     scoped,
@@ -258,7 +259,10 @@ class Run:
         traced = trace.enter(index) if trace is not None else None  # the node's span is current in its call
         try:
             info = self.info if node.run_info is None or step is None else for_call(self.info, step.on_write)
-            return scoped(node.call(state_view, self.config, info), call, node.name)
+            result = scoped(node.call(state_view, self.config, info), call, node.name)
+            if result is None or type(result) is dict:
+                call_finished()  # as a direct step's call (see DirectCalls): nothing of the node goes on
+            return result
         finally:
             if trace is not None:
                 trace.leave(traced)
@@ -276,6 +280,15 @@ class Run:
         """Run supersteps until one has to wait for an asynchronous completion, or the run ended."""
         nodes, limit, landing = self.spec.nodes, self.config.recursion_limit, self.landing
         direct_steps = DIRECT_STEPS and not self.traces_nodes  # a traced node is called in its span
+        calls = DirectCalls()  # the interrupt() scope of this stretch's direct steps
+        try:
+            self._drive_with(calls, nodes, limit, landing, direct_steps)
+        finally:
+            calls.close()
+
+    def _drive_with(
+        self, calls: DirectCalls, nodes: Mapping[str, NodeSpec], limit: int, landing: Landing, direct_steps: bool
+    ) -> None:
         while not self.closed:
             at = self.at
             if at.stop is not None:
@@ -304,7 +317,7 @@ class Run:
                 kind: object
                 try:
                     view = state_view if node.reads is None else node.reads(state_view)
-                    result = call_unanswered(node.name, node.action, view, self.config if node.takes_config else None)
+                    result = calls.call(node.name, node.action, view, self.config if node.takes_config else None)
                     if result is None or type(result) is dict:
                         kind = None
                     else:
