@@ -10,10 +10,11 @@
   exception's type and message, for a turn that failed).
 - ``bare``: the floor, a Starlette SSE endpoint on uvicorn that only forwards the model's streams, with no graph and
   no storage: the same route and body as ``langgraph``'s; it streams the user's message to the model with the
-  tool's schema (the async ``openai`` client, ``max_retries=0``), forwarding each model chunk as a ``chunk`` event,
-  calls the tool with the streamed call's arguments and sends its text as a ``chunk`` event, streams the second
-  request (the user's message, the assistant's tool call, the tool's answer) the same way, then sends ``end`` with
-  the answer's text (or ``error``, as ``langgraph``'s). The SSE text is written by hand on a ``StreamingResponse``.
+  tool's schema (the async ``openai`` client, ``max_retries=0``, the token usage asked for as the agents ask for
+  it: ``STREAM_USAGE``), forwarding each model chunk as a ``chunk`` event, calls the tool with the streamed call's
+  arguments and sends its text as a ``chunk`` event, streams the second request (the user's message, the
+  assistant's tool call, the tool's answer) the same way, then sends ``end`` with the answer's text (or ``error``,
+  as ``langgraph``'s). The SSE text is written by hand on a ``StreamingResponse``.
 
 Each prints ``port N`` on its first line once it listens on 127.0.0.1, and runs until its stdin closes. The three
 app servers also answer ``GET /_stall?start=1``, which starts a 2 ms timer on their event loop, and ``GET /_stall``,
@@ -64,6 +65,11 @@ fails (``httpx.ReadError``), and the model clients here never retry: such a turn
 test. A server that keeps idle connections longer than any client leaves the closing to the client, which checks a
 connection before it reuses one."""
 ANSWER = ("It is ", "sunny ", "in Paris ", "today.")
+STREAM_USAGE = True
+"""Every side asks the model for the same stream: with the token usage in a last chunk (``stream_options``'
+``include_usage``), as rxgraph's ``OpenAIChatModel`` does by default, and langchain-openai's ``ChatOpenAI`` does
+by default against OpenAI's own API (not against another base URL, as here, so it is asked to). The bare endpoint
+asks for it too, and skips that chunk, which has no choices."""
 
 
 class LoopWatch:
@@ -264,7 +270,14 @@ def _langgraph_app(model_url: str, db: str) -> ASGIApp:
 
     # the benchmark compares with the agent LangGraph documents for this; its move to another package is only a rename
     warnings.filterwarnings("ignore", message="create_react_agent has been moved")
-    model = ChatOpenAI(base_url=model_url, api_key="bench", model="bench-model", streaming=True, max_retries=0)  # type: ignore[arg-type]
+    model = ChatOpenAI(
+        base_url=model_url,
+        api_key="bench",  # type: ignore[arg-type]
+        model="bench-model",
+        streaming=True,
+        stream_usage=STREAM_USAGE,
+        max_retries=0,
+    )
     holder: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -321,7 +334,11 @@ def _bare_app(model_url: str) -> ASGIApp:
         """One streamed model request: each chunk forwarded as an event, its tool-call pieces gathered in ``calls``
         (by index) and its text in ``text``."""
         stream = await client.chat.completions.create(
-            model="bench-model", messages=cast(Any, messages), tools=cast(Any, [TOOL_SCHEMA]), stream=True
+            model="bench-model",
+            messages=cast(Any, messages),
+            tools=cast(Any, [TOOL_SCHEMA]),
+            stream=True,
+            stream_options={"include_usage": STREAM_USAGE},  # the agents' stream; its usage chunk is skipped below
         )
         async for chunk in stream:
             if not chunk.choices:

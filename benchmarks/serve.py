@@ -21,6 +21,9 @@ by the bare endpoint).
   then ``end`` with the answer's text. Nothing is stored. Its figures are the ``floor`` of the table, and rxgraph's
   in floors (rxgraph / bare) beside them: the server CPU per turn and turns per second first among them.
 
+Every side asks the model for the same streams: the token usage comes in a last chunk of each, as rxgraph's
+``OpenAIChatModel`` asks for it by default (``_serve_app.STREAM_USAGE``).
+
 Every side's processes run for the whole benchmark and their rounds alternate, the order rotated every round
 (rxgraph, bare, LangGraph; bare, LangGraph, rxgraph; LangGraph, rxgraph, bare...; without LangGraph, rxgraph and
 bare alternate), so that no side is always first and the machine's drift hits all alike; an idle side's servers do
