@@ -190,7 +190,7 @@ class CompiledGraph:
         final: list[Mapping[str, Any]] = []
         errors: list[Exception] = []
         stops: list[PendingInterrupt] = []
-        done = threading.Event()
+        done = _Ended()
 
         def _on_next(output: RunOutput) -> None:
             if isinstance(output, InterruptOutput):
@@ -489,3 +489,28 @@ def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:
 
 def _snapshot(checkpoint: Checkpoint) -> StateSnapshot:
     return StateSnapshot(values=checkpoint.values, next=checkpoint.next, checkpoint=checkpoint)
+
+
+class _Ended:
+    """Set once, from any thread, when a run ended (its one terminal event); ``wait()`` blocks until then. What a
+    ``threading.Event`` does for ``invoke``, at a lock's price: an Event makes a ``Condition``, and ``invoke`` makes
+    one per run."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def wait(self) -> None:
+        with self._lock:
+            pass
