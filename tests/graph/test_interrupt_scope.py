@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -145,4 +146,45 @@ def test_a_stretch_goes_on_after_a_call_that_kept_its_scope(step_path: StepPath,
         return
     assert app.invoke({}) == {"p": 4, "s": 1}
     assert seen == [True, True, True, True] and not in_node_call()
+    step_path.check()
+
+
+def test_runs_on_many_threads_at_once_each_answer_their_own_nodes(step_path: StepPath) -> None:
+    """Each drive stretch sets the scope in its own thread's context: eight runs stepping at once, on eight real
+    threads, each stop for their own question and get their own answer back, in the node that asked."""
+    gate = threading.Barrier(8)
+
+    def ask(state: Any) -> dict[str, Any]:
+        return {"answer": interrupt(f"question of {state['who']}")}
+
+    def noted(state: Any) -> dict[str, Any]:
+        assert in_node_call()
+        return {"steps": state.get("steps", 0) + 1}
+
+    app = _chain(noted, noted, ask, noted, noted).compile(MemorySaver())
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def turn(who: str) -> None:
+        try:
+            config = RunnableConfig(thread_id=who)
+            gate.wait()
+            asked = app.invoke({"who": who}, config)["__interrupt__"][0].value
+            gate.wait()
+            results[who] = (asked, app.invoke(Command(resume=f"answer for {who}"), config))
+        except BaseException as error:  # reported below, on the test's thread
+            errors.append(error)
+            gate.abort()  # the others stop waiting for this one
+
+    threads = [threading.Thread(target=turn, args=(f"t{index}",)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert not errors
+    for who, (asked, final) in results.items():
+        assert asked == f"question of {who}"
+        assert final == {"who": who, "steps": 4, "answer": f"answer for {who}"}
+    assert len(results) == 8
     step_path.check()
