@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import os
 import socket
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +34,15 @@ _OWN = ("messages", "stream", "tools", "model")
 
 _TOOL_ONLY = ("tool_choice", "parallel_tool_calls")
 """Request parameters an API refuses in a request without tools (an agent's last allowed call has none)."""
+
+_TRANSPORT = {"extra_headers": "headers", "extra_query": "params", "extra_body": "extra_json", "timeout": "timeout"}
+"""``create``'s options that are not in the request's body, and what ``client.post``'s ``options`` call them."""
+
+_OPENAI_CODE = os.path.dirname(os.path.abspath(openai.__file__)) + os.sep
+"""Where the ``openai`` package's own code is: a ``create`` whose code is elsewhere is wrapped by instrumentation."""
+
+_UNSENT = tuple(kind for kind in (getattr(openai, "NotGiven", None), getattr(openai, "Omit", None)) if kind is not None)
+"""The ``openai`` client's markers of a parameter left out (``NOT_GIVEN``, ``omit``)."""
 
 _POOL_SIZE = 32
 _pool: ThreadPoolScheduler | None = None
@@ -60,6 +72,11 @@ class OpenAIChatModel:
     ``ChatChunk``s as they arrive: text and refusal pieces, tool-call deltas by index, the finish reason, and the
     token usage on the chunk that reports it (``merge_chunks`` puts it on the ``AssistantMessage``). A request with
     no tools leaves out ``tool_choice`` and ``parallel_tool_calls``, which APIs refuse without tools.
+
+    The request goes through the client's ``post``, as its ``chat.completions.create`` sends it, and each chunk is
+    read as its JSON object rather than as a typed ``ChatCompletionChunk`` (a third less CPU). When instrumentation
+    wrapped ``chat.completions.create`` (OpenTelemetry's, LangSmith's, Sentry's), the request goes through it
+    instead, so that the wrapper sees every request.
 
     The Observable is cold: nothing is sent until it is subscribed, and **disposing the subscription closes the HTTP
     stream**, so the server sees the client go away while it is still generating:
@@ -97,12 +114,15 @@ class OpenAIChatModel:
         **request_options: more request parameters, sent as they are: ``temperature``, ``max_tokens``,
             ``tool_choice``, ``extra_body`` (for parameters of other APIs: ``{"enable_thinking": False}``),
             ``extra_headers``, ``timeout``... ``stream_options`` is merged over ``{"include_usage": True}``
-            (``stream_options=None`` sends none, for APIs that refuse it).
+            (``stream_options=None`` sends none, for APIs that refuse it). An option set to ``openai.NOT_GIVEN``
+            (or ``omit``) is left out.
 
     Raises:
         InvalidTypeError: ``client`` is not an ``openai`` client, or ``scheduler`` not a reactivex scheduler.
-        InvalidArgumentError: ``model`` is empty, ``n`` is not 1 (an agent takes one answer), or an option is one the
-            adapter sets itself (``messages``, ``stream``, ``tools``).
+        InvalidArgumentError: ``model`` is empty, ``n`` is not 1 (an agent takes one answer), an option is one the
+            adapter sets itself (``messages``, ``stream``, ``tools``) or is not a parameter of the client's
+            ``chat.completions.create`` (another API's parameters go in ``extra_body``), or ``response_format`` is a
+            class rather than the request's JSON object.
     """
 
     def __init__(
@@ -126,6 +146,20 @@ class OpenAIChatModel:
                 raise InvalidArgumentError(
                     f"{key!r} is set by OpenAIChatModel itself; it cannot be a request option", argument=key
                 )
+        known = inspect.signature(type(client.chat.completions).create).parameters
+        for key in request_options:
+            if key not in known or key == "self":
+                raise InvalidArgumentError(
+                    f"{key!r} is not a parameter of the client's chat.completions.create; send a parameter of another "
+                    "API in extra_body",
+                    argument=key,
+                )
+        if isinstance(request_options.get("response_format"), type):
+            raise InvalidArgumentError(
+                "response_format must be the request's JSON object (a json_schema), not a class: the adapter reads "
+                "the answer's text as it streams",
+                argument="response_format",
+            )
         if request_options.get("n", 1) != 1:
             raise InvalidArgumentError(
                 f"n must be 1 (an agent takes one answer), got {request_options['n']!r}", argument="n"
@@ -134,7 +168,7 @@ class OpenAIChatModel:
         self.model = model
         self.provider = provider
         self.scheduler = check_scheduler(scheduler, argument="scheduler")
-        options = dict(request_options)
+        options = {key: value for key, value in request_options.items() if not isinstance(value, _UNSENT)}
         if "stream_options" not in options:
             options["stream_options"] = {"include_usage": True}
         elif options["stream_options"] is None:
@@ -195,6 +229,28 @@ class OpenAIChatModel:
                 params.pop(key, None)
         return params
 
+    def _open(self, params: dict[str, Any]) -> Any:
+        """Send the request: the client's stream of the answer's chunks (a coroutine of it for the async client).
+
+        The client's own ``chat.completions.create`` builds the same request as ``client.post`` and reads each chunk
+        into a ``ChatCompletionChunk``; here the chunks are read as the JSON objects they are, which spares about a
+        third of the client's CPU per request. The request goes through ``client.post``, as ``create`` sends it:
+        the client's base URL, auth, headers, retries and timeout, and its errors, are the same. When ``create`` is
+        wrapped by instrumentation (OpenTelemetry's, LangSmith's, Sentry's: code outside the ``openai`` package),
+        the request goes through it instead, so that the instrumentation sees every call.
+        """
+        create = self.client.chat.completions.create
+        if not _is_openais_own(create):
+            return create(**params)
+        body = {key: value for key, value in params.items() if key not in _TRANSPORT}
+        options: dict[str, Any] = {_TRANSPORT[key]: params[key] for key in _TRANSPORT if key in params}
+        options["security"] = {"bearer_auth": True}  # as create asks: the API key, never an admin key
+        stream_cls = openai.AsyncStream[object] if self._is_async else openai.Stream[object]
+        client: Any = self.client  # (post's overloads are one per kind of client; the call is the same)
+        return client.post(
+            "/chat/completions", cast_to=object, body=body, options=options, stream=True, stream_cls=stream_cls
+        )
+
     # -- the blocking client, on a worker thread -----------------------------------------------------------------
 
     def _read(self, call: _Call, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> None:
@@ -207,7 +263,7 @@ class OpenAIChatModel:
             call.fail(error)
             return
         try:
-            stream = self.client.chat.completions.create(**params)
+            stream = self._open(params)
         except Exception as error:
             call.fail(self._error(error))
             return
@@ -244,7 +300,7 @@ class OpenAIChatModel:
             call.fail(error)
             return
         try:
-            stream = await self.client.chat.completions.create(**params)
+            stream = await self._open(params)
         except Exception as error:
             call.fail(self._error(error))
             return
@@ -372,28 +428,44 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+def _is_openais_own(create: Any) -> bool:
+    """Whether ``create`` is the ``openai`` package's own method (not replaced or wrapped by code from elsewhere)."""
+    if type(create) is not types.MethodType:
+        return False  # a wrapper object (wrapt's), or a function set on the instance
+    code = getattr(create.__func__, "__code__", None)
+    return code is not None and code.co_filename.startswith(_OPENAI_CODE)
+
+
 def _chunk(raw: Any) -> ChatChunk | None:
-    """A ``ChatCompletionChunk`` as a ``ChatChunk`` (None when it says nothing: a role-only chunk, say)."""
+    """A chunk of the stream as a ``ChatChunk`` (None when it says nothing: a role-only chunk, say).
+
+    ``raw`` is the chunk's JSON object, or a ``ChatCompletionChunk`` when a wrapped ``create`` read it.
+    """
+    data = raw.model_dump() if hasattr(raw, "model_dump") else raw
+    if not isinstance(data, Mapping):
+        raise ModelAPIError(
+            f"the stream sent a chunk that is not a JSON object: {str(data)[:200]}", status_code=None, body=data
+        )
     content = refusal = ""
     calls: tuple[ToolCallDelta, ...] = ()
     finish_reason: str | None = None
-    for choice in raw.choices or ():
-        if choice.index != 0:
+    for choice in data.get("choices") or ():
+        if choice.get("index", 0) != 0:
             continue
-        delta = choice.delta
+        delta = choice.get("delta")
         if delta is not None:
-            content = delta.content or ""
-            refusal = getattr(delta, "refusal", None) or ""
-            calls = tuple(_call_delta(position, call) for position, call in enumerate(delta.tool_calls or ()))
-        finish_reason = choice.finish_reason
-    reported = getattr(raw, "usage", None)
+            content = delta.get("content") or ""
+            refusal = delta.get("refusal") or ""
+            calls = tuple(_call_delta(position, call) for position, call in enumerate(delta.get("tool_calls") or ()))
+        finish_reason = choice.get("finish_reason")
+    reported = data.get("usage")
     usage = (
         None
         if reported is None
         else TokenUsage(
-            prompt_tokens=reported.prompt_tokens or 0,
-            completion_tokens=reported.completion_tokens or 0,
-            total_tokens=reported.total_tokens or 0,
+            prompt_tokens=reported.get("prompt_tokens") or 0,
+            completion_tokens=reported.get("completion_tokens") or 0,
+            total_tokens=reported.get("total_tokens") or 0,
         )
     )
     if not (content or refusal or calls or finish_reason or usage):
@@ -401,12 +473,12 @@ def _chunk(raw: Any) -> ChatChunk | None:
     return ChatChunk(content=content, refusal=refusal, tool_calls=calls, finish_reason=finish_reason, usage=usage)
 
 
-def _call_delta(position: int, call: Any) -> ToolCallDelta:
-    index = getattr(call, "index", None)
-    function = call.function
+def _call_delta(position: int, call: Mapping[str, Any]) -> ToolCallDelta:
+    index = call.get("index")
+    function = call.get("function")
     return ToolCallDelta(
         index=index if isinstance(index, int) else position,  # some servers leave it out: their order, then
-        id=call.id or None,
-        name=(function.name or None) if function is not None else None,
-        arguments=(function.arguments or "") if function is not None else "",
+        id=call.get("id") or None,
+        name=(function.get("name") or None) if function is not None else None,
+        arguments=(function.get("arguments") or "") if function is not None else "",
     )
