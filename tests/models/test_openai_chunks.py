@@ -5,6 +5,8 @@ request goes through ``create`` whenever ``create`` is wrapped, so that instrume
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import threading
 from typing import Any
 
@@ -142,6 +144,65 @@ def test_a_plain_client_is_posted_to_and_a_wrapped_create_is_called(kind: type[A
         assert all(request.headers["authorization"] == "Bearer test" for request in server.requests)
         _close(plain)
         _close(wrapped)
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Records each request (path, headers, JSON body) and refuses it with a 400."""
+
+    seen: list[tuple[str, dict[str, str], Any]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        self.server.seen.append((self.path, headers, json.loads(body)))  # type: ignore[attr-defined]
+        answer = b'{"error": {"message": "recorded"}}'
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("kind", ["openai", "azure", "async openai"])
+def test_the_request_posted_is_the_one_create_sends(kind: str) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    client: Any
+    if kind == "azure":  # its deployment's URL is made from the body's model, for create and post alike
+        client = openai.AzureOpenAI(azure_endpoint=url, api_version="2024-10-21", api_key="k", max_retries=0)
+    elif kind == "openai":
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+    else:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+    try:
+        model = OpenAIChatModel(
+            client,
+            "m",
+            temperature=0.1,
+            extra_headers={"X-A": "1"},
+            extra_query={"q": "1"},
+            extra_body={"k": 2},
+            timeout=7,
+        )
+        params = model.request([UserMessage(content="hi")], [WEATHER])
+        for send in (lambda: client.chat.completions.create(**params), lambda: model._open(params)):
+            with pytest.raises(openai.BadRequestError):
+                sent = send()
+                if kind == "async openai":
+                    asyncio.run(sent)
+        created, posted = server.seen  # type: ignore[attr-defined]
+        assert posted == created
+        assert posted[2]["k"] == 2 and "q=1" in posted[0] and posted[1]["x-a"] == "1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        if kind != "async openai":
+            client.close()
 
 
 def test_langsmiths_wrapped_client_goes_through_its_wrapper() -> None:
