@@ -41,6 +41,7 @@ from ..graph._state import KeyStrategy
 from ..messages._rules import request_violations
 from ..messages._types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..otel._active import telemetry
+from ..rx._at_once import at_once
 from ._approval import ApprovalRequest, Approve, Edit, Reject, decisions_for
 from ._model import ChatChunk, ChatModel, merge_chunks
 from ._tools import Tool, tool
@@ -351,7 +352,7 @@ class ReactAgent:
         if isinstance(decision, Reject):
             reason = f"tool {call.name!r} was not run: {decision.reason}"
             _not_run(traced, call, "reject", "rejected", reason)
-            return rx.of(ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True))
+            return at_once(ToolMessage(tool_call_id=call.id, name=call.name, content=reason, is_error=True))
         approval = decision.decision if decision is not None else None
         if isinstance(decision, Edit):
             return self._run_tool(call.model_copy(update={"arguments": decision.arguments}), run, traced, approval)
@@ -368,13 +369,13 @@ class ReactAgent:
             known = ", ".join(sorted(self.tools)) or "none"
             reason = f"unknown tool {call.name!r}; the tools are: {known}"
             _not_run(traced, call, approval, "unknown_tool", reason)
-            return rx.of(error(reason))
+            return at_once(error(reason))
         try:
             arguments = chosen.parse_arguments(call.arguments)
         except ToolInputError as problem:
             reason = f"tool {call.name!r} was not run: {problem}"
             _not_run(traced, call, approval, type(problem).__qualname__, reason)
-            return rx.of(error(reason))
+            return at_once(error(reason))
 
         def to_message(value: Any) -> ToolMessage:
             if value is _NO_RESULT:
@@ -384,7 +385,7 @@ class ReactAgent:
             return ToolMessage(tool_call_id=call.id, name=call.name, content=_as_text(value))
 
         def failed(exception: Exception, _: Observable[ToolMessage]) -> Observable[ToolMessage]:
-            return rx.of(error(f"tool {call.name!r} failed: {type(exception).__name__}: {exception}"))
+            return at_once(error(f"tool {call.name!r} failed: {type(exception).__name__}: {exception}"))
 
         result = chosen.run(run, self.tool_scheduler, **arguments)
         if traced is not None:  # a span per call, a child of the tools node's, whatever thread runs the tool

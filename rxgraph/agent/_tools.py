@@ -22,6 +22,7 @@ from .._arguments import check_scheduler
 from ..errors import InvalidArgumentError, InvalidTypeError, ToolInputError
 from ..graph._node import run_info_parameter
 from ..graph._run_info import RunInfo
+from ..rx._at_once import at_once
 from ..rx._awaitable import background_loop, from_awaitable
 from ._model import ToolSpec
 
@@ -167,7 +168,7 @@ class Tool:
                     return value.pipe(ops.take(1))
                 if inspect.isawaitable(value):
                     return from_awaitable(value, run.loop)
-                return rx.of(value)
+                return at_once(value)  # already here: emitted at once, not a hop onto the run's scheduler
 
             if scheduler is None:
                 source = rx.defer(lambda _: _result(_call()))

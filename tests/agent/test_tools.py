@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import reactivex as rx
 from pydantic import BaseModel
+from reactivex.testing import TestScheduler
 
 from rxgraph import MemorySaver, RunnableConfig
 from rxgraph.agent import ReactAgent, tool
@@ -184,3 +185,21 @@ def test_duplicate_tool_names_are_rejected() -> None:
     with pytest.raises(InvalidArgumentError, match="two tools are named 'get_weather'") as caught:
         ReactAgent(ScriptedChatModel([]), tools=[get_weather, get_weather])
     assert caught.value.argument == "tools"
+
+
+def test_a_plain_tool_answers_where_it_is_called_not_on_the_subscribers_scheduler() -> None:
+    # A run passes its scheduler down to the tools it subscribes (a worker pool under astream, a TestScheduler in
+    # marble tests). A function's value is already there: it must not be handed to that scheduler (a hop to
+    # another thread, or a later tick) before the tools node sees it.
+    @tool
+    def answer() -> dict[str, str]:
+        """Answers."""
+        return {"text": "sunny"}
+
+    scheduler = TestScheduler()
+    seen: list[Any] = []
+    completed = threading.Event()
+    answer.run().subscribe(seen.append, on_completed=completed.set, scheduler=scheduler)
+    assert seen == [{"text": "sunny"}]
+    assert completed.is_set()
+    assert scheduler.clock == 0
