@@ -8,26 +8,50 @@ from collections.abc import Awaitable
 from concurrent.futures import Future
 from typing import TypeVar
 
-from reactivex import Observable, abc
-from reactivex.disposable import Disposable
+from reactivex import Observable, abc, typing
+from reactivex.disposable import Disposable, SingleAssignmentDisposable
 from reactivex.scheduler import ThreadPoolScheduler
 
-__all__ = ["background_loop", "from_awaitable", "loop_of_scheduler", "running_loop", "worker_pool"]
+__all__ = ["WorkerPool", "background_loop", "from_awaitable", "loop_of_scheduler", "running_loop", "worker_pool"]
 
 _T = TypeVar("_T")
+_TState = TypeVar("_TState")
 
 _background: asyncio.AbstractEventLoop | None = None
 _background_lock = threading.Lock()
-_pool: ThreadPoolScheduler | None = None
+_pool: WorkerPool | None = None
 
 
-def worker_pool() -> ThreadPoolScheduler:
+class WorkerPool(ThreadPoolScheduler):
+    """reactivex's ``ThreadPoolScheduler``, whose ``schedule`` hands the action to the pool itself.
+
+    ``ThreadPoolScheduler.schedule`` makes an ``EventLoopScheduler`` for every action (a condition, a queue, a loop
+    that starts on a pool thread, runs the action and stops): about as much again as the action's hand-off to the
+    pool. Here the action is submitted as it is. What a subscriber sees is the same: the action runs on a pool
+    thread, never if it was disposed before it started, and disposing after it started disposes what it returned.
+    One difference: the scheduler an action is given is this pool, not an event loop of its own, so what it
+    schedules there may run on another thread, at once, as anything scheduled on the pool does. Timed and periodic
+    work is ``ThreadPoolScheduler``'s.
+    """
+
+    def schedule(self, action: typing.ScheduledAction[_TState], state: _TState | None = None) -> abc.DisposableBase:
+        disposable = SingleAssignmentDisposable()
+
+        def run() -> None:
+            if not disposable.is_disposed:
+                disposable.disposable = self.invoke_action(action, state)
+
+        self.executor.submit(run)
+        return disposable
+
+
+def worker_pool() -> WorkerPool:
     """The pool of worker threads rxgraph runs a run's work on when asyncio code awaits it (``astream``,
     ``ainvoke``) without a scheduler of its own: sync nodes and tools, and saver I/O, never on the event loop."""
     global _pool
     with _background_lock:
         if _pool is None:
-            _pool = ThreadPoolScheduler()
+            _pool = WorkerPool()
         return _pool
 
 
