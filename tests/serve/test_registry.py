@@ -601,3 +601,30 @@ def test_concurrent_writes_are_committed_together_each_kept_or_refused_alone(tmp
         assert set(stored.values()) == {"running"}
     finally:
         registry.close()
+
+
+def test_a_registry_call_sees_the_callers_context_and_the_manager_works_again_after_close() -> None:
+    """The registry's calls run on threads of the run manager's own: with the caller's context vars (a request's
+    logging or tracing context), and, after ``close`` let those threads go, on new ones (a lifespan run again)."""
+    import asyncio
+    import contextvars
+
+    from rxgraph.serve._relay import LocalRelay
+    from rxgraph.serve._runs import RunManager
+
+    request = contextvars.ContextVar("request", default="none")
+    manager = RunManager(MemoryRegistry(), lambda thread_id: None, LocalRelay())
+
+    def seen() -> tuple[str, bool]:
+        return request.get(), threading.current_thread() is threading.main_thread()
+
+    async def lifespan(name: str) -> tuple[str, bool]:
+        manager.open()
+        request.set(name)
+        try:
+            return await manager.records(seen)
+        finally:
+            await manager.close()
+
+    assert asyncio.run(lifespan("first")) == ("first", False)
+    assert asyncio.run(lifespan("second")) == ("second", False)
