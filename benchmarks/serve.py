@@ -39,7 +39,9 @@ Over its ``serve_rounds`` rounds a side reports:
   first byte says nothing of the model (the samples keep each round's median time to it: how long a run took to
   start); before the move to LangGraph's API the first event was the first model chunk, so this is what "time to
   first byte" measured;
-- the app server's CPU time per turn (its process's user + system time over a round, from ``/proc``; Linux only);
+- the app server's CPU time per turn (its process's user + system time over a round, from ``/proc``; Linux only),
+  less the CPU time of the thread that samples the stalls below (the benchmark's, not the server's: it samples
+  every 2 ms while the loop lags, so it cost the bare endpoint, whose single loop lags most, the most);
 - the longest stall, over its rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it
   could not serve anything else). That loop is uvicorn's: LangGraph's and the bare endpoint's model clients run on
   it, rxgraph's on rxgraph's background loop, which is not timed.
@@ -359,7 +361,7 @@ class Round:
     seconds: float
     turns: list[Turn]
     stall: dict[str, Any]  # the app server's /_stall report for the round
-    cpu: float  # the app server's CPU seconds over the round
+    cpu: float  # the app server's CPU seconds over the round, less its loop monitor's sampler thread's
 
     @property
     def first_chunk(self) -> list[float]:
@@ -398,6 +400,7 @@ async def _measured_round(side: Side, turns: int, label: str, http: Any) -> Roun
         seconds = time.perf_counter() - started
         cpu = cpu_seconds(side.app.pid) - cpu
         stall = (await client.get(f"{url}/_stall")).json()  # the round's report; the monitor stops
+        cpu -= stall["monitor_cpu_s"]  # the loop monitor's sampler thread is the benchmark's, not the server's
         if side.explain is not None:
             for turn in results:
                 if not turn.ok:
@@ -489,6 +492,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
             {
                 "seconds": r.seconds,
                 "cpu_seconds": r.cpu,
+                "monitor_cpu_seconds": r.stall["monitor_cpu_s"],
                 "first_event_median": _median_of(t.first_event for t in r.turns),
                 "first_chunk_median": _median_of(t.first_chunk for t in r.turns),
                 "stall": r.stall,

@@ -188,3 +188,32 @@ def test_the_relay_benchmark_finds_lost_repeated_and_reordered_events() -> None:
     failed = follower([0, 1, 2])
     failed.problem = "HTTP 404: run not found"
     assert failed.check(3) == "HTTP 404: run not found"
+
+
+def test_the_loop_monitor_reports_its_sampler_threads_cpu_time_which_the_served_cpu_leaves_out() -> None:
+    import asyncio
+    import time
+
+    from benchmarks._serve_app import StallMonitor
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("only /_stall is asked for")
+
+    monitor = StallMonitor(app)
+    answers: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        answers.append(message)
+
+    async def main() -> dict[str, Any]:
+        await monitor({"type": "http", "path": "/_stall", "query_string": b"start=1"}, None, send)
+        await asyncio.sleep(0)  # the timer task starts the sampler thread
+        deadline = time.monotonic() + 30
+        # The loop is kept busy (it is late) until the sampler has sampled it and counted its own CPU time.
+        while not (monitor.samples and monitor._sampler_cpu[0] > 0):
+            assert time.monotonic() < deadline, "the sampler never sampled a late loop"
+        await monitor({"type": "http", "path": "/_stall", "query_string": b""}, None, send)
+        return json.loads(answers[-1]["body"])  # type: ignore[no-any-return]
+
+    report = asyncio.run(main())
+    assert report["monitor_cpu_s"] > 0
