@@ -41,7 +41,8 @@ Over its ``serve_rounds`` rounds a side reports:
   first byte" measured;
 - the app server's CPU time per turn (its process's user + system time over a round, from ``/proc``; Linux only),
   less the CPU time of the thread that samples the stalls below (the benchmark's, not the server's: it samples
-  every 2 ms while the loop lags, so it cost the bare endpoint, whose single loop lags most, the most);
+  every 2 ms while the loop lags, so its cost differs from side to side and round to round, 0.19 to 0.66 ms a
+  turn in two runs);
 - the longest stall, over its rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it
   could not serve anything else). That loop is uvicorn's: LangGraph's and the bare endpoint's model clients run on
   it, rxgraph's on rxgraph's background loop, which is not timed.
