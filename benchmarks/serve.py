@@ -44,8 +44,8 @@ Over its ``serve_rounds`` rounds a side reports:
   every 2 ms while the loop lags, so its cost differs from side to side and round to round, 0.19 to 0.66 ms a
   turn in two runs);
 - the longest stall, over its rounds, of the app server's event loop (from a 2 ms timer on that loop: how long it
-  could not serve anything else). That loop is uvicorn's: LangGraph's and the bare endpoint's model clients run on
-  it, rxgraph's on rxgraph's background loop, which is not timed.
+  could not serve anything else). That loop is uvicorn's; every side's model client runs on it (rxgraph's, as the
+  loop of the code that awaits its runs).
 
 A turn completes when its answer is HTTP 200 and its stream ends with the turn's answer — rxgraph: the last
 ``values`` event holds the model's final message, the four pieces joined; LangGraph: an ``end`` event; bare: an

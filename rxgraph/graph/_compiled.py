@@ -7,6 +7,7 @@ A run's life is ``_run.py``'s; here it is only wired: ``Observable(run.subscribe
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -303,6 +304,7 @@ class CompiledGraph:
             if config.scheduler is None and scheduler is not None:
                 run_config = config.model_copy(update={"scheduler": scheduler})
             loop = running_loop() if await_here else None
+            run_config = _serving(run_config, loop)
             run = Run(spec, frozen_input, run_config, on_final_state, loop, on_updates, quiet=quiet)
             if shown_thread is not _SAME:  # a subgraph's run: its nodes work for the parent's thread
                 run.info.thread_id = cast("str | None", shown_thread)
@@ -474,6 +476,14 @@ def inner_stream(
     its graph."""
     inner = CompiledGraph(replace(graph._spec, checkpointer=saver))
     return inner._stream(input, config, None, await_here=False, on_updates=on_updates, shown_thread=shown_thread)
+
+
+def _serving(config: RunnableConfig, loop: asyncio.AbstractEventLoop | None) -> RunnableConfig:
+    """A run of asyncio code on ``loop`` kept off it (``astream``, ``ainvoke``): the worker threads, serving that loop,
+    where what the run awaits (an async model client's requests) is awaited, as its async nodes and tools are."""
+    if loop is None or config.scheduler is not worker_pool():
+        return config
+    return config.model_copy(update={"scheduler": worker_pool().serving(loop)})
 
 
 def _refuse_blocking_on_own_loop(scheduler: abc.SchedulerBase | None) -> None:

@@ -24,7 +24,7 @@ from ..errors import InvalidArgumentError, InvalidTypeError, ModelAPIError
 from ..messages._openai import to_openai
 from ..messages._types import Message, TokenUsage
 from ..otel._active import telemetry
-from ..rx._awaitable import background_loop, loop_of_scheduler
+from ..rx._awaitable import awaiting_loop, background_loop, running_loop
 from ._call import ModelCall
 
 __all__ = ["OpenAIChatModel"]
@@ -89,9 +89,13 @@ class OpenAIChatModel:
       stream's alone), which also ends the blocked read. Only a request still waiting for the response's headers,
       or in the client's sleep between retries, finishes that first.
     - with ``openai.AsyncOpenAI``, the request runs as a task on an event loop — the one of the ``AsyncIOScheduler``
-      it is subscribed with, else the loop running on the subscribing thread, else rxgraph's background loop — and
+      it is subscribed with; in a run of asyncio code (``astream``, ``ainvoke``, ``rxgraph.serve``), the loop of the
+      code that awaits the run, where its ``async def`` nodes and tools are awaited too; else the loop running on
+      the subscribing thread; else rxgraph's background loop (``invoke`` and ``stream`` from blocking code) — and
       disposing cancels the task, which closes the response. Chunks arrive on that loop's thread. An async client
-      keeps connections that belong to one loop: use a client per loop.
+      keeps connections that belong to the loop that opened them, and one used on a loop that has since closed
+      fails its next request (``RuntimeError: Event loop is closed``), as any ``httpx`` client does: use a client
+      on one loop (a server's), or a client per loop (each ``asyncio.run``), and close it there.
 
     A failed request fails the Observable with ``ModelAPIError``: ``status_code`` (None when no response came: a
     connection refused, a timeout, a broken stream), ``body`` (the API's JSON error object, as the ``openai`` client
@@ -193,7 +197,7 @@ class OpenAIChatModel:
         def subscribe(observer: abc.ObserverBase[ChatChunk], scheduler: abc.SchedulerBase | None = None) -> Any:
             call = _Call(observer)
             if self._is_async:
-                loop = loop_of_scheduler(scheduler) or _running_loop() or background_loop()
+                loop = awaiting_loop(scheduler) or running_loop() or background_loop()
                 future = asyncio.run_coroutine_threadsafe(self._read_async(call, messages, tools), loop)
                 return Disposable(lambda: call.cancel(future.cancel))
             if self.scheduler is not None:
@@ -419,13 +423,6 @@ def _abort(stream: Any) -> None:
         return
     with contextlib.suppress(Exception):  # a close racing the reader's: the reader closes it again
         stream.close()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _is_openais_own(create: Any) -> bool:

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from reactivex import Observable
 
+from ._awaitable import running_loop as _running_loop
+
 __all__ = ["to_async_iterator"]
 
 _T = TypeVar("_T")
@@ -100,7 +102,8 @@ class _Inbox:
 
     A put wakes the loop (``call_soon_threadsafe``, a write to its self-pipe) only when no wake-up is on its way
     already: the items a source emits while the loop is busy — a model's chunks while the server writes the last
-    one — go over with one wake-up, not one each.
+    one — go over with one wake-up, not one each. A put on the loop's own thread (a model stream awaited there)
+    schedules the wake-up with ``call_soon``: the loop is awake.
     """
 
     __slots__ = ("_items", "_lock", "_loop", "_waiter", "_waking")
@@ -118,7 +121,10 @@ class _Inbox:
             if self._waking:
                 return  # the wake-up on its way runs after this item is in: the loop will see it
             self._waking = True
-        self._loop.call_soon_threadsafe(self._wake)
+        if _running_loop() is self._loop:  # put on the loop itself (by a model stream awaited there): no self-pipe
+            self._loop.call_soon(self._wake)
+        else:
+            self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         with self._lock:

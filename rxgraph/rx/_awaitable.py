@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
+import weakref
 from collections.abc import Awaitable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -12,7 +14,15 @@ from reactivex import Observable, abc, typing
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 from reactivex.scheduler import ThreadPoolScheduler
 
-__all__ = ["WorkerPool", "background_loop", "from_awaitable", "loop_of_scheduler", "running_loop", "worker_pool"]
+__all__ = [
+    "WorkerPool",
+    "awaiting_loop",
+    "background_loop",
+    "from_awaitable",
+    "loop_of_scheduler",
+    "running_loop",
+    "worker_pool",
+]
 
 _T = TypeVar("_T")
 _TState = TypeVar("_TState")
@@ -20,6 +30,7 @@ _TState = TypeVar("_TState")
 _background: asyncio.AbstractEventLoop | None = None
 _background_lock = threading.Lock()
 _pool: WorkerPool | None = None
+_views: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WorkerPool] = weakref.WeakKeyDictionary()
 
 
 class WorkerPool(ThreadPoolScheduler):
@@ -32,7 +43,27 @@ class WorkerPool(ThreadPoolScheduler):
     One difference: the scheduler an action is given is this pool, not an event loop of its own, so what it
     schedules there may run on another thread, at once, as anything scheduled on the pool does. Timed and periodic
     work is ``ThreadPoolScheduler``'s.
+
+    ``loop`` is the event loop of the asyncio code whose run this is (``serving``), None for the shared pool itself:
+    what is awaited for the run (an async model client's request) is awaited there (``awaiting_loop``).
     """
+
+    _loop: weakref.ref[asyncio.AbstractEventLoop] | None = None  # weak: the views are kept by their loop, as keys
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return None if self._loop is None else self._loop()
+
+    def serving(self, loop: asyncio.AbstractEventLoop) -> WorkerPool:
+        """This pool (the same threads) for the runs of asyncio code on ``loop``: one per loop, kept while the loop
+        lives."""
+        with _background_lock:
+            view = _views.get(loop)
+            if view is None:
+                view = copy.copy(self)  # shares the executor: the same threads
+                view._loop = weakref.ref(loop)
+                _views[loop] = view
+            return view
 
     def schedule(self, action: typing.ScheduledAction[_TState], state: _TState | None = None) -> abc.DisposableBase:
         disposable = SingleAssignmentDisposable()
@@ -81,6 +112,14 @@ def loop_of_scheduler(scheduler: abc.SchedulerBase | None) -> asyncio.AbstractEv
     # They keep it in `_loop` (pinned by tests/rx/test_reactivex_contract.py); there is no public accessor.
     loop = getattr(scheduler, "_loop", None)
     return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+
+
+def awaiting_loop(scheduler: abc.SchedulerBase | None) -> asyncio.AbstractEventLoop | None:
+    """The event loop that work subscribed with ``scheduler`` awaits its coroutines on: the loop of an
+    ``AsyncIOScheduler``, or the loop of the asyncio code a ``WorkerPool`` runs a run for; else None."""
+    if isinstance(scheduler, WorkerPool):
+        return scheduler.loop
+    return loop_of_scheduler(scheduler)
 
 
 async def _wait_for(awaitable: Awaitable[_T]) -> _T:

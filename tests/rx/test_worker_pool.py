@@ -3,7 +3,10 @@ the reference whose ``schedule`` it shortcuts: each scenario runs on both and mu
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,8 +16,9 @@ from reactivex import abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
 from reactivex.scheduler import ThreadPoolScheduler
+from reactivex.scheduler.eventloop import AsyncIOThreadSafeScheduler
 
-from rxgraph.rx._awaitable import WorkerPool, worker_pool
+from rxgraph.rx._awaitable import WorkerPool, awaiting_loop, worker_pool
 
 WAIT = 10.0  # seconds an event is waited for before the test fails: never reached when it works
 
@@ -125,3 +129,33 @@ def test_timed_work_still_runs(pool: ThreadPoolScheduler) -> None:
 def test_rxgraph_runs_on_a_worker_pool() -> None:
     assert isinstance(worker_pool(), WorkerPool)
     assert isinstance(worker_pool(), ThreadPoolScheduler)  # what a user's code may check for
+
+
+def test_the_pool_serving_a_loop_is_the_same_threads_and_names_that_loop_while_it_lives() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        serving = worker_pool().serving(loop)
+        assert serving is worker_pool().serving(loop)  # one per loop
+        assert serving.executor is worker_pool().executor  # the same threads
+        assert awaiting_loop(serving) is loop
+        assert awaiting_loop(worker_pool()) is None  # the shared pool serves no loop
+        assert worker_pool().loop is None
+        done = threading.Event()
+        serving.schedule(lambda *_: done.set())
+        assert done.wait(WAIT)
+    finally:
+        loop.close()
+    held = weakref.ref(loop)
+    del loop, serving
+    gc.collect()
+    assert held() is None  # the pool does not keep a closed loop alive
+
+
+def test_awaiting_loop_reads_an_asyncio_schedulers_loop() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        assert awaiting_loop(AsyncIOThreadSafeScheduler(loop)) is loop
+        assert awaiting_loop(ThreadPoolScheduler(1)) is None
+        assert awaiting_loop(None) is None
+    finally:
+        loop.close()
