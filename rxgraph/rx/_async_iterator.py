@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 from reactivex import Observable
 
-from ._awaitable import running_loop as _running_loop
-
 __all__ = ["to_async_iterator"]
 
 _T = TypeVar("_T")
@@ -106,10 +104,11 @@ class _Inbox:
     schedules the wake-up with ``call_soon``: the loop is awake.
     """
 
-    __slots__ = ("_items", "_lock", "_loop", "_waiter", "_waking")
+    __slots__ = ("_items", "_lock", "_loop", "_loop_thread", "_waiter", "_waking")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # made on the loop, by the iterator
         self._items: deque[tuple[int, Any]] = deque()
         self._lock = threading.Lock()
         self._waking = False  # a wake-up is scheduled and has not run yet
@@ -121,7 +120,7 @@ class _Inbox:
             if self._waking:
                 return  # the wake-up on its way runs after this item is in: the loop will see it
             self._waking = True
-        if _running_loop() is self._loop:  # put on the loop itself (by a model stream awaited there): no self-pipe
+        if threading.get_ident() == self._loop_thread:  # on the loop (a model stream awaited there): no self-pipe
             self._loop.call_soon(self._wake)
         else:
             self._loop.call_soon_threadsafe(self._wake)
