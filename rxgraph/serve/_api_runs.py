@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..errors import (
     InvalidArgumentError,
@@ -33,6 +33,7 @@ from ._registry import RunRecord, ThreadRecord, live, shown_status
 from ._relay import CancelAction
 from ._runs import ActiveRun
 from ._service import Refusal, Service, answer, refuse
+from ._sse import EventStream
 from ._wire import run_json, wire
 
 __all__ = ["run_routes", "sse_bytes"]
@@ -42,7 +43,6 @@ _REFUSED = (MessageFormatError, InvalidArgumentError, InvalidTypeError, InvalidC
 
 _POLL = 0.25
 """Seconds between looks at the record of a run another process executes (for ``join``)."""
-_NO_PING = 365 * 24 * 3600.0  # a ping interval that never comes: no keep-alive comments (ping=0)
 
 
 def run_routes(service: Service, ping: float) -> list[Route]:
@@ -76,22 +76,6 @@ class _Asgi:
             await self._handler(request, send)
         except Refusal as refusal:
             await answer({"detail": refusal.detail}, refusal.status)(scope, receive, send)
-
-
-class _EventStream(EventSourceResponse):
-    """``sse_starlette``'s response less a cancel scope per write: it wraps each write in ``move_on_after`` of its
-    ``send_timeout``, which, with none set (the server sets none), is a scope that never fires. ``ping`` is the
-    server's: seconds between keep-alive comments, 0 for none (``sse_starlette`` takes None for its default of 15
-    seconds, and 0 for none only in its later versions: earlier ones ping without pause)."""
-
-    def __init__(self, content: AsyncIterator[bytes], *, ping: float, headers: Mapping[str, str]) -> None:
-        super().__init__(content, ping=ping if ping > 0 else _NO_PING, headers=headers)
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
 
 
 class _Runs:
@@ -179,7 +163,7 @@ class _Runs:
         if not self.s.relay.shared:
             raise refuse(404, f"run {record.run_id!r} is not executing on this server, and its events are gone")
         base = f"/threads/{record.thread_id}/runs/{record.run_id}"
-        response = _EventStream(
+        response = EventStream(
             _sse(self._remote(record, after), modes),
             ping=self._ping,
             headers={"Location": f"{base}/stream", "Content-Location": base},
@@ -227,7 +211,7 @@ class _Runs:
         cancel_on_disconnect: bool,
     ) -> None:
         try:
-            response = _EventStream(_sse(run.log.follow(after), modes), ping=self._ping, headers=self._where(run))
+            response = EventStream(_sse(run.log.follow(after), modes), ping=self._ping, headers=self._where(run))
             await response(request.scope, request.receive, send)
         finally:
             if cancel_on_disconnect and not run.ended.is_set():

@@ -33,6 +33,8 @@ from rxgraph.testing import DelegatingSaver, ScriptedChatModel, finish, text, to
 
 WAIT = 10.0
 """Seconds a test waits for something that should happen at once, before it fails."""
+GRACE = 2
+"""Seconds a test server's graceful shutdown waits for the requests still going before it cancels them."""
 
 
 class RewindWatch(DelegatingSaver):
@@ -123,20 +125,26 @@ class _Uvicorn(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = threading.Event()
+        self.stopping = threading.Event()  # it stopped listening, and waits for the requests still going
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
 
 class Server:
-    """An app served by uvicorn on 127.0.0.1 (a free port) in a thread of its own, until ``stop``."""
+    """An app served by uvicorn on 127.0.0.1 (a free port) in a thread of its own, until ``stop``. Its graceful
+    shutdown waits ``GRACE`` seconds for the requests still going, then cancels them."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE, lifespan="off")
         self._server = _Uvicorn(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
         self._thread.start()
@@ -144,10 +152,15 @@ class Server:
             self.stop()
             raise AssertionError(f"uvicorn did not start within {WAIT} s")
 
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once the server has begun its shutdown (stopped listening; the requests still going go on)."""
+        return self._server.stopping
+
     def stop(self) -> None:
         """Stop serving, once every request has ended (stopping again does nothing)."""
         self._server.should_exit = True
-        self._thread.join(WAIT)
+        self._thread.join(WAIT + GRACE)
         self._socket.close()
         assert not self._thread.is_alive(), "uvicorn did not stop"
 
