@@ -48,11 +48,19 @@ _SELECT_SAFE = (
 _INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({COLUMNS}) VALUES ({', '.join('?' * COLUMNS.count(','))}, ?)"
 _FLOOR = "IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'row_id_floor'), 0)"
 _LEGACY = "IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'legacy_row_ids'), 0)"
-# The ids the next rows of items and of blobs take: above every id in use, and above the floor, which retention
-# raises to the highest id it has seen, so that an id freed is never given again (another saver may have it cached).
-_NEXT_IDS = f"""
-SELECT MAX(IFNULL((SELECT MAX(id) FROM items), 0), floor) + 1, MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), floor) + 1
-FROM (SELECT {_FLOOR} AS floor)"""
+# A put's first read, in its transaction: the thread's head (id, seq, manifest; NULLs when it has none) and the ids
+# the next rows of items and of blobs take: above every id in use, and above the floor, which retention raises to the
+# highest id it has seen, so that an id freed is never given again (another saver may have it cached). One statement,
+# not two: each is a trip through SQLite that lets go of the GIL and takes it back, which costs most when another
+# thread (an event loop's) is waiting for it.
+_HEAD_AND_NEXT_IDS = f"""
+SELECT head.id, head.seq, head.manifest, next.item, next.blob
+FROM (
+    SELECT MAX(IFNULL((SELECT MAX(id) FROM items), 0), floor) + 1 AS item,
+           MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), floor) + 1 AS blob
+    FROM (SELECT {_FLOOR} AS floor)
+) AS next
+LEFT JOIN ({_SELECT_HEAD_ID}) AS head ON true"""
 _RAISE_FLOOR = f"""
 INSERT INTO meta (key, value)
 SELECT 'row_id_floor', MAX(IFNULL((SELECT MAX(id) FROM items), 0), IFNULL((SELECT MAX(id) FROM blobs), 0), {_FLOOR})
@@ -246,11 +254,13 @@ class SqliteSaver(IncrementalSaver):
             rows = _SqliteRows(conn)
             plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
             with write_transaction(conn, self._path, self._timeout):
-                head = conn.execute(_SELECT_HEAD_ID, (checkpoint.thread_id,)).fetchone()
+                head_id, head_seq, manifest, next_item, next_blob = conn.execute(
+                    _HEAD_AND_NEXT_IDS, (checkpoint.thread_id,)
+                ).fetchone()
                 # A duplicate id is refused by the table's unique index, below: one query less per put.
-                check_put(checkpoint, expected_head=expected_head, head=head[:2] if head is not None else None)
-                plan = store.confirm(plan, rows, checkpoint, expected_head, head[2] if head is not None else None)
-                next_item, next_blob = conn.execute(_NEXT_IDS).fetchone() if plan.new_rows else (0, 0)
+                head = None if head_id is None else (head_id, head_seq)
+                check_put(checkpoint, expected_head=expected_head, head=head)
+                plan = store.confirm(plan, rows, checkpoint, expected_head, manifest)
                 refs, blob_rows, item_rows, written = plan.assign(count(next_blob), count(next_item))
                 if blob_rows:
                     conn.executemany("INSERT INTO blobs (id, value) VALUES (?, ?)", blob_rows)
