@@ -233,7 +233,9 @@ class SqliteRegistry(Registry):
     def _write(self, statement: Callable[[sqlite3.Connection], _R]) -> _R:
         """Run ``statement`` (one write) and commit it: queued, then committed in one transaction with the writes
         other threads queued meanwhile. The first caller to hold the connection commits every write queued then;
-        a write that fails is rolled back alone (a savepoint of its own) and raises in its caller's thread."""
+        a write that fails is rolled back alone and raises in its caller's thread: the batch is written once as it
+        is, and only when one of its writes fails, again with a savepoint for each (two statements more a write,
+        each a trip through SQLite that lets go of the GIL, which the common case does without)."""
         write = _Write(statement)
         with self._queue_lock:
             self._queued.append(write)
@@ -243,9 +245,14 @@ class SqliteRegistry(Registry):
                     with self._queue_lock:
                         batch, self._queued = self._queued, []
                     try:
-                        with self._writing(conn):
-                            for queued in batch:
-                                queued.run(conn)
+                        try:
+                            with self._writing(conn):
+                                for queued in batch:
+                                    queued.run(conn)
+                        except _OneFailed:  # (rolled back) written again, each write in a savepoint of its own
+                            with self._writing(conn):
+                                for queued in batch:
+                                    queued.run_alone(conn)
                     except BaseException as error:  # the transaction failed (the file stayed locked): none was made
                         failure: BaseException = error
                         if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
@@ -371,6 +378,10 @@ class SqliteRegistry(Registry):
             ) from None
 
 
+class _OneFailed(Exception):
+    """A write of a batch written without savepoints raised: the batch's transaction is rolled back."""
+
+
 class _Write:
     """One write of a group commit: its statement, then its result or the error it raised."""
 
@@ -383,6 +394,14 @@ class _Write:
         self.done = False
 
     def run(self, conn: sqlite3.Connection) -> None:
+        """Within the batch's transaction, as it is: a failure is ``_OneFailed`` (the batch is then written again,
+        each write alone)."""
+        try:
+            self._value = self._statement(conn)
+        except BaseException as error:
+            raise _OneFailed from error
+
+    def run_alone(self, conn: sqlite3.Connection) -> None:
         """Within the batch's transaction, in a savepoint of its own: a failure undoes this write only."""
         conn.execute("SAVEPOINT write")
         try:

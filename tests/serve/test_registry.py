@@ -603,6 +603,31 @@ def test_concurrent_writes_are_committed_together_each_kept_or_refused_alone(tmp
         registry.close()
 
 
+def test_a_write_that_fails_nothing_takes_no_savepoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write's transaction is BEGIN, the write, COMMIT; savepoints (a failed write undone alone) are taken only
+    when a write of the batch failed. Each statement is a trip through SQLite that lets go of the GIL."""
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(lambda sql: statements.append(sql.split()[0]))
+        return conn
+
+    SqliteSaver(tmp_path / "w.db").close()
+    monkeypatch.setattr(sqlite3, "connect", traced_connect)
+    with closing(SqliteRegistry(tmp_path / "w.db")) as registry:
+        statements.clear()
+        registry.put_run(run("r1"))
+        assert statements == ["BEGIN", "INSERT", "COMMIT"]
+        statements.clear()
+        with pytest.raises(sqlite3.IntegrityError):
+            registry.put_run(replace(run("r2"), thread_id=None))  # type: ignore[arg-type]  # NOT NULL
+        undone_alone = ["BEGIN", "SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "COMMIT"]
+        assert statements == ["BEGIN", "INSERT", "ROLLBACK", *undone_alone]
+        assert registry.get_run("r1") is not None and registry.get_run("r2") is None
+
+
 def test_a_registry_call_sees_the_callers_context_and_the_manager_works_again_after_close() -> None:
     """The registry's calls run on threads of the run manager's own: with the caller's context vars (a request's
     logging or tracing context), and, after ``close`` let those threads go, on new ones (a lifespan run again)."""
