@@ -53,6 +53,13 @@ class Peer:
         return [m["body"] for m in self.sent if m["type"] == "http.response.body"]
 
 
+async def a_then_b(release: asyncio.Event) -> AsyncIterator[bytes]:
+    """A run's events: ``a`` at once, then ``b`` once ``release`` is set (idle meanwhile)."""
+    yield b"a"
+    await release.wait()
+    yield b"b"
+
+
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     async def checked() -> None:
         await test()
@@ -68,12 +75,7 @@ def test_an_idle_stream_gets_keep_alive_comments_until_its_next_event() -> None:
     async def test() -> None:
         peer, release = Peer(), asyncio.Event()
 
-        async def events() -> AsyncIterator[bytes]:
-            yield b"a"
-            await release.wait()
-            yield b"b"
-
-        response = EventStream(events(), ping=0.001, headers={"Location": "/threads/t/runs/r/stream"})
+        response = EventStream(a_then_b(release), ping=0.001, headers={"Location": "/threads/t/runs/r/stream"})
         serving = asyncio.create_task(response(peer.scope, peer.receive, peer.send))
         await peer.pinged.wait()
         release.set()
@@ -94,13 +96,8 @@ def test_a_stream_of_a_server_with_ping_zero_sends_no_comment() -> None:
     async def test() -> None:
         peer, release = Peer(), asyncio.Event()
 
-        async def events() -> AsyncIterator[bytes]:
-            yield b"a"
-            await release.wait()
-            yield b"b"
-
         asyncio.get_running_loop().call_later(0.02, release.set)
-        await EventStream(events(), ping=0, headers={})(peer.scope, peer.receive, peer.send)
+        await EventStream(a_then_b(release), ping=0, headers={})(peer.scope, peer.receive, peer.send)
         assert peer.bodies() == [b"a", b"b", b""]
 
     run(test)
