@@ -4,10 +4,12 @@ Storage is incremental (see :mod:`rxgraph.checkpoint._incremental`, which this s
 a checkpoint row holds a manifest, lists are chains of rows in ``items`` to which a step adds only its new items,
 and other values are rows of ``blobs`` shared between checkpoints.
 
-Values are JSON through :class:`~rxgraph.checkpoint.Serde` (no pickle). Each ``put`` is one ``BEGIN
-IMMEDIATE`` transaction that reads the thread's head row and writes only if it is the expected one, so the
-compare-and-set holds across threads and processes sharing the file. ``prune`` and ``delete_thread`` are one such
-transaction too.
+Values are JSON through :class:`~rxgraph.checkpoint.Serde` (no pickle). Each ``put`` is one transaction that
+holds SQLite's write lock while it checks the thread's head and writes only if it is the expected one, so the
+compare-and-set holds across threads and processes sharing the file: a ``BEGIN IMMEDIATE`` transaction that reads
+the head and the next free row ids first, or, once the saver knows those ids from its own last put, one statement
+whose trigger checks the head and the ids and writes the rows (see ``_PUT_TRIGGER``); the transaction when that
+check fails. ``prune`` and ``delete_thread`` are one ``BEGIN IMMEDIATE`` transaction too.
 """
 
 from __future__ import annotations
@@ -26,10 +28,20 @@ from typing import Literal
 
 from ..errors import IncompatibleDatabaseError, InvalidArgumentError, SaverClosedError, SaverTimeoutError
 from ._base import Checkpoint
-from ._incremental import COLUMNS, IncrementalSaver, IncrementalStats, IncrementalStore, Retention, Row, checkpoint_row
+from ._incremental import (
+    COLUMNS,
+    IncrementalSaver,
+    IncrementalStats,
+    IncrementalStore,
+    Plan,
+    Ref,
+    Retention,
+    Row,
+    checkpoint_row,
+)
 from ._serde import Serde, default_serde
 from ._sqlite_schema import Migration, prepare
-from ._sqlite_transaction import write_transaction
+from ._sqlite_transaction import locked_error, write_transaction
 from .contract import check_limit, check_prune, check_put, duplicate_id
 
 __all__ = ["SqliteSaver", "SqliteSaverStats"]
@@ -61,6 +73,46 @@ FROM (
     FROM (SELECT {_FLOOR} AS floor)
 ) AS next
 LEFT JOIN ({_SELECT_HEAD_ID}) AS head ON true"""
+# A put in one statement, for a saver that knows the next free row ids (it gave the last ones itself): an insert into
+# a view of its own connection, whose trigger checks what the put's transaction would read — the thread's head (its
+# id, its seq, its manifest when the plan relies on it) and that the ids are still above every id in use and above
+# the floor — and writes the rows, or stops with _STALE and writes nothing. A write statement takes SQLite's write
+# lock before it runs (a trigger's writes count as the statement's), so the check and the writes are one atomic step,
+# as under BEGIN IMMEDIATE. One statement instead of five: each is a trip through SQLite that lets go of the GIL.
+_STALE = "rxgraph: stale head or row ids"
+_SLOTS = 4  # the blobs, and the list items, a put of one statement can carry; a bigger put takes the transaction
+_SLOT_COLUMNS = ", ".join(
+    [f"b{i}" for i in range(_SLOTS)] + [f"i{i}" for i in range(_SLOTS)] + [f"p{i}" for i in range(_SLOTS)]
+)
+_NEW_ROWS = " UNION ALL ".join
+_PUT_VIEW = f"""
+CREATE TEMP VIEW rxgraph_put AS SELECT {", ".join(f"NULL AS {column}" for column in COLUMNS.split(", "))},
+    NULL AS expected_head, NULL AS head_manifest, NULL AS first_blob, NULL AS first_item,
+    {", ".join(f"NULL AS {column}" for column in _SLOT_COLUMNS.split(", "))}"""
+_PUT_TRIGGER = f"""
+CREATE TEMP TRIGGER rxgraph_put_rows INSTEAD OF INSERT ON rxgraph_put BEGIN
+    SELECT RAISE(ABORT, '{_STALE}')
+    FROM (SELECT {_FLOOR} AS floor) AS limits
+    LEFT JOIN (
+        SELECT id, seq, manifest FROM checkpoints WHERE thread_id = NEW.thread_id ORDER BY seq DESC LIMIT 1
+    ) AS head ON true
+    WHERE head.id IS NOT NEW.expected_head
+        OR IFNULL(head.seq, 0) != NEW.seq - 1
+        OR (NEW.head_manifest IS NOT NULL AND head.manifest IS NOT NEW.head_manifest)
+        OR (NEW.b0 IS NOT NULL AND NEW.first_blob <= MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), limits.floor))
+        OR (NEW.i0 IS NOT NULL AND NEW.first_item <= MAX(IFNULL((SELECT MAX(id) FROM items), 0), limits.floor));
+    INSERT INTO blobs (id, value)
+    {_NEW_ROWS(f"SELECT NEW.first_blob + {i}, NEW.b{i} WHERE NEW.b{i} IS NOT NULL" for i in range(_SLOTS))};
+    INSERT INTO items (id, prev_id, value)
+    {_NEW_ROWS(f"SELECT NEW.first_item + {i}, NEW.p{i}, NEW.i{i} WHERE NEW.i{i} IS NOT NULL" for i in range(_SLOTS))};
+    INSERT INTO checkpoints ({COLUMNS}) VALUES ({", ".join(f"NEW.{column}" for column in COLUMNS.split(", "))});
+END"""
+_PUT_AT_ONCE = (
+    f"INSERT INTO rxgraph_put ({COLUMNS}, expected_head, head_manifest, first_blob, first_item, {_SLOT_COLUMNS}) "
+    f"VALUES ({', '.join('?' * (COLUMNS.count(',') + 5 + 3 * _SLOTS))})"
+)
+_UNUSED = (None,) * _SLOTS
+_Written = tuple[dict[str, Ref], Row, int, int, int]  # refs, row, payload bytes, items and blobs inserted
 _RAISE_FLOOR = f"""
 INSERT INTO meta (key, value)
 SELECT 'row_id_floor', MAX(IFNULL((SELECT MAX(id) FROM items), 0), IFNULL((SELECT MAX(id) FROM blobs), 0), {_FLOOR})
@@ -180,6 +232,8 @@ class SqliteSaver(IncrementalSaver):
                         f"{self._path}: could not switch to WAL mode (got {mode!r})", path=self._path
                     )
             conn.execute(f"PRAGMA synchronous = {synchronous}")
+            conn.execute(_PUT_VIEW)  # this connection's own (TEMP): nothing in the file changes
+            conn.execute(_PUT_TRIGGER)
         except BaseException:
             conn.close()
             raise
@@ -190,6 +244,9 @@ class SqliteSaver(IncrementalSaver):
         self._waiting = 0  # calls blocked on _lock right now (counted only once a call has to wait)
         self._waiting_lock = threading.Lock()
         self._counters = SqliteSaverStats()
+        # The ids the next new rows of items and of blobs take, as far as this saver knows: known after a put of
+        # its own, checked by the next put in the statement that writes (see _put_at_once).
+        self._next_ids: tuple[int, int] | None = None
         self._store = IncrementalStore(self._serde, cache_size, self._counters, (sqlite3.Error,))
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -253,29 +310,92 @@ class SqliteSaver(IncrementalSaver):
         with self._locked() as conn:
             rows = _SqliteRows(conn)
             plan = store.plan(checkpoint, store.parent(rows, checkpoint.parent_id), expected_head)
-            with write_transaction(conn, self._path, self._timeout):
-                head_id, head_seq, manifest, next_item, next_blob = conn.execute(
-                    _HEAD_AND_NEXT_IDS, (checkpoint.thread_id,)
-                ).fetchone()
-                # A duplicate id is refused by the table's unique index, below: one query less per put.
-                head = None if head_id is None else (head_id, head_seq)
-                check_put(checkpoint, expected_head=expected_head, head=head)
-                plan = store.confirm(plan, rows, checkpoint, expected_head, manifest)
-                refs, blob_rows, item_rows, written = plan.assign(count(next_blob), count(next_item))
-                if blob_rows:
-                    conn.executemany("INSERT INTO blobs (id, value) VALUES (?, ?)", blob_rows)
-                if item_rows:
-                    conn.executemany("INSERT INTO items (id, prev_id, value) VALUES (?, ?, ?)", item_rows)
-                row, row_bytes = checkpoint_row(checkpoint, refs, plan.pending)
-                try:
-                    conn.execute(_INSERT_CHECKPOINT, row)
-                except sqlite3.IntegrityError as error:
-                    if "checkpoints.id" not in str(error):
-                        raise
-                    raise duplicate_id(checkpoint) from error
+            written = self._put_at_once(conn, checkpoint, expected_head, plan)
+            if written is None:
+                written = self._put_in_transaction(conn, rows, checkpoint, expected_head, plan)
+            refs, row, size, items, blobs = written
             # Only now (committed) may the new rows be referred to by later writes.
-            store.stored(checkpoint, refs, row, written=written + row_bytes, items=len(item_rows), blobs=len(blob_rows))
+            store.stored(checkpoint, refs, row, written=size, items=items, blobs=blobs)
             return checkpoint
+
+    def _put_at_once(
+        self, conn: sqlite3.Connection, checkpoint: Checkpoint, expected_head: str | None, plan: Plan
+    ) -> _Written | None:
+        """The put as one statement (see ``_PUT_TRIGGER``), when this saver knows the next free row ids and the put
+        fits the statement's slots and reuses no row of another checkpoint than the head; None when it did not
+        write (it could not, or the head or the ids were not what it took them for): the transaction's turn."""
+        next_ids = self._next_ids
+        if next_ids is None or plan.borrowed_blobs or plan.borrowed_items or len(plan.blobs) > _SLOTS:
+            return None
+        if sum(len(texts) for _, _, texts, _ in plan.chains) > _SLOTS:
+            return None
+        next_item, next_blob = next_ids
+        refs, blob_rows, item_rows, written = plan.assign(count(next_blob), count(next_item))
+        row, row_bytes = checkpoint_row(checkpoint, refs, plan.pending)
+        free = _SLOTS - len(item_rows)
+        params = (
+            *row,
+            expected_head,
+            plan.head_manifest,
+            next_blob,
+            next_item,
+            *[text for _, text in blob_rows],
+            *_UNUSED[: _SLOTS - len(blob_rows)],
+            *[text for _, _, text in item_rows],
+            *_UNUSED[:free],
+            *[prev_id for _, prev_id, _ in item_rows],
+            *_UNUSED[:free],
+        )
+        try:
+            conn.execute(_PUT_AT_ONCE, params)
+        except sqlite3.IntegrityError as error:
+            if str(error) == _STALE:  # another connection wrote, or a retention raised the floor: nothing written
+                self._next_ids = None
+                return None
+            if "checkpoints.id" in str(error):
+                raise duplicate_id(checkpoint) from error
+            raise
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise locked_error(self._path, self._timeout) from error
+        self._next_ids = (next_item + len(item_rows), next_blob + len(blob_rows))
+        return refs, row, written + row_bytes, len(item_rows), len(blob_rows)
+
+    def _put_in_transaction(
+        self,
+        conn: sqlite3.Connection,
+        rows: _SqliteRows,
+        checkpoint: Checkpoint,
+        expected_head: str | None,
+        plan: Plan,
+    ) -> _Written:
+        """The put in a write transaction that reads the head and the next free row ids first."""
+        store = self._store
+        self._next_ids = None  # known again once this transaction has read them
+        with write_transaction(conn, self._path, self._timeout):
+            head_id, head_seq, manifest, next_item, next_blob = conn.execute(
+                _HEAD_AND_NEXT_IDS, (checkpoint.thread_id,)
+            ).fetchone()
+            self._next_ids = (next_item, next_blob)  # still right if this put writes nothing
+            # A duplicate id is refused by the table's unique index, below: one query less per put.
+            head = None if head_id is None else (head_id, head_seq)
+            check_put(checkpoint, expected_head=expected_head, head=head)
+            plan = store.confirm(plan, rows, checkpoint, expected_head, manifest)
+            refs, blob_rows, item_rows, written = plan.assign(count(next_blob), count(next_item))
+            if blob_rows:
+                conn.executemany("INSERT INTO blobs (id, value) VALUES (?, ?)", blob_rows)
+            if item_rows:
+                conn.executemany("INSERT INTO items (id, prev_id, value) VALUES (?, ?, ?)", item_rows)
+            row, row_bytes = checkpoint_row(checkpoint, refs, plan.pending)
+            try:
+                conn.execute(_INSERT_CHECKPOINT, row)
+            except sqlite3.IntegrityError as error:
+                if "checkpoints.id" not in str(error):
+                    raise
+                raise duplicate_id(checkpoint) from error
+        self._next_ids = (next_item + len(item_rows), next_blob + len(blob_rows))
+        return refs, row, written + row_bytes, len(item_rows), len(blob_rows)
 
     # -- retention ---------------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from types import TracebackType
 
 from ..errors import SaverTimeoutError
 
-__all__ = ["WriteTransaction", "write_transaction"]
+__all__ = ["WriteTransaction", "locked_error", "write_transaction"]
 
 
 class WriteTransaction:
@@ -27,11 +27,7 @@ class WriteTransaction:
         except sqlite3.OperationalError as error:
             if "locked" not in str(error) and "busy" not in str(error):
                 raise
-            # SQLite says only "database is locked": say which file, and for how long it was waited on.
-            raise SaverTimeoutError(
-                f"{self._where} stayed locked for more than {self._timeout:g} s (another connection, or another "
-                "process, was writing to it); nothing was written. Retry, or open the saver with a longer timeout"
-            ) from error
+            raise locked_error(self._where, self._timeout) from error
         return self._conn
 
     def __exit__(
@@ -48,6 +44,15 @@ class WriteTransaction:
                 raise
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+
+
+def locked_error(where: str, timeout: float) -> SaverTimeoutError:
+    """The error for a write that found ``where`` locked for ``timeout`` seconds: SQLite says only "database is
+    locked", this says which file, and for how long it was waited on."""
+    return SaverTimeoutError(
+        f"{where} stayed locked for more than {timeout:g} s (another connection, or another process, was writing "
+        "to it); nothing was written. Retry, or open the saver with a longer timeout"
+    )
 
 
 def write_transaction(conn: sqlite3.Connection, where: str, timeout: float) -> WriteTransaction:

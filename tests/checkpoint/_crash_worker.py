@@ -5,8 +5,9 @@ before, ``stored <seq>`` after), so the test knows where the process was when it
 
 - ``run``: keep going; the test kills it after reading ``K`` lines, wherever it then is;
 - ``pause``: after the ``K``-th stored checkpoint print ``paused`` and block (the kill lands between two writes);
-- ``txn``: in the ``K``-th write, once its rows are being inserted (inside the transaction, before ``COMMIT``),
-  print ``in-transaction`` and block (the kill lands in the middle of the transaction).
+- ``txn``: in the ``K``-th write, once its rows are being inserted (inside the transaction, before ``COMMIT``; for
+  a put of one statement, once the statement holds the write lock and its trigger writes the rows), print
+  ``in-transaction`` and block (the kill lands in the middle of the write).
 
 The test imports :func:`build_graph` to run its own turns on the same file.
 """
@@ -86,12 +87,17 @@ class _AnnouncingSaver(SqliteSaver):
     def __init__(self, path: str, mode: str, k: int) -> None:
         super().__init__(path)
         self.mode, self.k, self.writes = mode, k, 0
+        self.reports = 0  # SQLite's reports of the K-th write's one statement: itself, then its trigger's
         if mode == "txn":
             assert self._conn is not None
             self._conn.set_trace_callback(self._on_statement)
 
     def _on_statement(self, sql: str) -> None:
-        if self.writes == self.k and sql.lstrip().startswith("INSERT INTO checkpoints"):
+        if self.writes != self.k:
+            return
+        if sql.startswith("INSERT INTO rxgraph_put"):
+            self.reports += 1
+        if sql.startswith("INSERT INTO checkpoints") or self.reports == 2:
             print("in-transaction", flush=True)
             sys.stdin.readline()  # blocks until the test kills us
 
