@@ -235,7 +235,9 @@ class SqliteRegistry(Registry):
         other threads queued meanwhile. The first caller to hold the connection commits every write queued then;
         a write that fails is rolled back alone and raises in its caller's thread: the batch is written once as it
         is, and only when one of its writes fails, again with a savepoint for each (two statements more a write,
-        each a trip through SQLite that lets go of the GIL, which the common case does without)."""
+        each a trip through SQLite that lets go of the GIL, which the common case does without). A batch of one
+        write is that write's statement alone, which SQLite makes a transaction of its own: each write is one
+        statement, run to its end (a ``RETURNING`` fetched whole)."""
         write = _Write(statement)
         with self._queue_lock:
             self._queued.append(write)
@@ -245,14 +247,17 @@ class SqliteRegistry(Registry):
                     with self._queue_lock:
                         batch, self._queued = self._queued, []
                     try:
-                        try:
-                            with self._writing(conn):
-                                for queued in batch:
-                                    queued.run(conn)
-                        except _OneFailed:  # (rolled back) written again, each write in a savepoint of its own
-                            with self._writing(conn):
-                                for queued in batch:
-                                    queued.run_alone(conn)
+                        if len(batch) == 1:
+                            batch[0].run_by_itself(conn)
+                        else:
+                            try:
+                                with self._writing(conn):
+                                    for queued in batch:
+                                        queued.run(conn)
+                            except _OneFailed:  # (rolled back) written again, each write in a savepoint of its own
+                                with self._writing(conn):
+                                    for queued in batch:
+                                        queued.run_alone(conn)
                     except BaseException as error:  # the transaction failed (the file stayed locked): none was made
                         failure: BaseException = error
                         if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
@@ -400,6 +405,19 @@ class _Write:
             self._value = self._statement(conn)
         except BaseException as error:
             raise _OneFailed from error
+
+    def run_by_itself(self, conn: sqlite3.Connection) -> None:
+        """Outside any transaction: the write's one statement is then a transaction of its own, written whole or
+        not at all, with no ``BEGIN``, ``COMMIT`` or savepoint around it. A file that stayed locked raises (as a
+        batch's ``BEGIN IMMEDIATE`` does); any other failure is the write's own."""
+        try:
+            self._value = self._statement(conn)
+        except sqlite3.OperationalError as error:
+            if _is_busy(error):
+                raise
+            self._error = error
+        except Exception as error:
+            self._error = error
 
     def run_alone(self, conn: sqlite3.Connection) -> None:
         """Within the batch's transaction, in a savepoint of its own: a failure undoes this write only."""

@@ -603,9 +603,49 @@ def test_concurrent_writes_are_committed_together_each_kept_or_refused_alone(tmp
         registry.close()
 
 
-def test_a_write_that_fails_nothing_takes_no_savepoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write's transaction is BEGIN, the write, COMMIT; savepoints (a failed write undone alone) are taken only
-    when a write of the batch failed. Each statement is a trip through SQLite that lets go of the GIL."""
+class _Queue(list[Any]):
+    """The registry's queue of writes, telling a waiting test when a write joined it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = threading.Condition()
+
+    def append(self, item: Any) -> None:
+        with self.changed:
+            super().append(item)
+            self.changed.notify_all()
+
+
+def _batch(registry: SqliteRegistry, *writes: Callable[[], None]) -> list[BaseException | None]:
+    """Make ``writes`` from threads of their own while another call holds the connection, so that they queue (in
+    this order) and are committed as one batch; what each raised."""
+    queue = _Queue()
+    registry._queued = queue
+    errors: list[BaseException | None] = [None] * len(writes)
+
+    def write(index: int) -> None:
+        try:
+            writes[index]()
+        except BaseException as error:
+            errors[index] = error
+
+    threads = [threading.Thread(target=write, args=(index,)) for index in range(len(writes))]
+    with registry._connection():
+        for queued, each in enumerate(threads, start=1):
+            each.start()
+            with queue.changed:  # one at a time: the batch keeps the order of ``writes``
+                assert queue.changed.wait_for(lambda: len(queue) == queued, timeout=10)  # noqa: B023
+    for each in threads:
+        each.join(10)
+    return errors
+
+
+def test_a_write_takes_one_statement_and_a_batch_takes_savepoints_only_when_one_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write alone is its one statement, a transaction by itself; a batch of writes is BEGIN, the writes, COMMIT;
+    savepoints (a failed write undone alone) are taken only when a write of the batch failed. Each statement is a
+    trip through SQLite that lets go of the GIL."""
     statements: list[str] = []
     connect = sqlite3.connect
 
@@ -616,16 +656,33 @@ def test_a_write_that_fails_nothing_takes_no_savepoint(tmp_path: Path, monkeypat
 
     SqliteSaver(tmp_path / "w.db").close()
     monkeypatch.setattr(sqlite3, "connect", traced_connect)
+    no_thread = replace(run("bad"), thread_id=None)  # NOT NULL: this write fails
     with closing(SqliteRegistry(tmp_path / "w.db")) as registry:
         statements.clear()
         registry.put_run(run("r1"))
-        assert statements == ["BEGIN", "INSERT", "COMMIT"]
+        assert statements == ["INSERT"]
         statements.clear()
         with pytest.raises(sqlite3.IntegrityError):
-            registry.put_run(replace(run("r2"), thread_id=None))  # type: ignore[arg-type]  # NOT NULL
-        undone_alone = ["BEGIN", "SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "COMMIT"]
-        assert statements == ["BEGIN", "INSERT", "ROLLBACK", *undone_alone]
-        assert registry.get_run("r1") is not None and registry.get_run("r2") is None
+            registry.put_run(no_thread)  # type: ignore[arg-type]
+        assert statements == ["INSERT"]  # and nothing written: SQLite undid the statement
+
+        statements.clear()
+        assert _batch(registry, lambda: registry.put_run(run("r2")), lambda: registry.put_run(run("r3"))) == [None] * 2
+        assert statements == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+
+        statements.clear()
+        errors = _batch(registry, lambda: registry.put_run(run("r4")), lambda: registry.put_run(no_thread))  # type: ignore[arg-type]
+        assert errors[0] is None and isinstance(errors[1], sqlite3.IntegrityError)
+        written_once = ["BEGIN", "INSERT", "INSERT", "ROLLBACK"]
+        each_alone = ["BEGIN", "SAVEPOINT", "INSERT", "RELEASE", "SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "COMMIT"]
+        assert statements == written_once + each_alone
+        assert {r: registry.get_run(r) is not None for r in ("r1", "r2", "r3", "r4", "bad")} == {
+            "r1": True,
+            "r2": True,
+            "r3": True,
+            "r4": True,
+            "bad": False,
+        }
 
 
 def test_a_registry_call_sees_the_callers_context_and_the_manager_works_again_after_close() -> None:
