@@ -97,6 +97,21 @@ def _put(saver: SqliteSaver, id: str, parent: Checkpoint | None, messages: list[
     )
 
 
+def _first_of_another_thread(saver: SqliteSaver) -> None:
+    """Thread "u"'s first checkpoint, of one message: one item row."""
+    saver.put(
+        Checkpoint(
+            id="b1",
+            thread_id="u",
+            seq=1,
+            values=freeze({"messages": [UserMessage(content="x")]}),
+            run_id="r",
+            source="loop",
+        ),
+        expected_head=None,
+    )
+
+
 def _rows(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     with closing(sqlite3.connect(db)) as raw:
         raw.set_trace_callback(None)  # not the saver's statements
@@ -143,17 +158,7 @@ def test_a_put_after_another_connection_wrote_rows_takes_fresh_ids(
     first = _put(saver, "a1", None, [UserMessage(content="one")])
     second = _put(saver, "a2", first, [AssistantMessage(content="two")])  # this saver now knows the next ids
     with SqliteSaver(db) as other:  # another process, say: its rows take the ids this saver would have given
-        other.put(
-            Checkpoint(
-                id="b1",
-                thread_id="u",
-                seq=1,
-                values=freeze({"messages": [UserMessage(content="x")]}),
-                run_id="r",
-                source="loop",
-            ),
-            expected_head=None,
-        )
+        _first_of_another_thread(other)
     statements.take()
 
     third = _put(saver, "a3", second, [UserMessage(content="three")])
@@ -178,17 +183,7 @@ def test_ids_freed_by_another_connection_are_never_given_again(
     saver, _ = traced
     first = _put(saver, "a1", None, [UserMessage(content="one")])  # item 1; this saver's next item id is 2
     with SqliteSaver(db) as other:
-        other.put(
-            Checkpoint(
-                id="b1",
-                thread_id="u",
-                seq=1,
-                values=freeze({"messages": [UserMessage(content="x")]}),
-                run_id="r",
-                source="loop",
-            ),
-            expected_head=None,
-        )  # item 2
+        _first_of_another_thread(other)  # item 2
         assert other.delete_thread("u") == 1  # item 2 freed: the floor rises to 2
 
     _put(saver, "a2", first, [AssistantMessage(content="two")])
