@@ -16,6 +16,7 @@ from _support import StepPath
 
 import rxgraph.otel
 from rxgraph import CheckpointSaver, MemorySaver, SqliteSaver
+from rxgraph.testing._explorer import CancelMode
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,6 +64,22 @@ def _not_instrumented() -> Iterator[None]:
     """A test that instruments rxgraph (a documentation example, say) leaves it as it found it: not instrumented."""
     yield
     rxgraph.otel.uninstrument()
+
+
+ALL_CANCEL_MODES: tuple[CancelMode, ...] = ("dispose", "timeout", "take_until")
+"""The ways a subscriber cuts a turn short that the scenario explorer tries."""
+
+
+@pytest.fixture
+def cancel_modes(request: pytest.FixtureRequest) -> tuple[CancelMode, ...]:
+    """The cancel modes an explorer test tries on its saver kind: every one on the in-memory and SQLite savers, the
+    dispose alone on PostgreSQL. However the subscriber cuts the turn (disposing, an idle timeout's error, a
+    ``take_until``'s completion), the run itself is disposed at that tick, and the saver sees the same calls; the
+    dispose points cover every tick where something happens and every gap between two. What differs is on the
+    subscriber's side, which the other two savers cover. (``test_one_tool_call_has_no_violations_in_any_mode``
+    still tries every mode on PostgreSQL.)"""
+    saver = request.node.callspec.params.get("saver_factory") if hasattr(request.node, "callspec") else None
+    return ("dispose",) if saver == "postgres" else ALL_CANCEL_MODES
 
 
 @pytest.fixture(params=SAVER_KINDS)

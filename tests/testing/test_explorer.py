@@ -24,6 +24,7 @@ from rxgraph.testing import (
     text,
     tool_call,
 )
+from rxgraph.testing._explorer import CancelMode
 
 ALL_MODES = ("dispose", "timeout", "take_until")
 
@@ -45,7 +46,9 @@ def test_one_tool_call_has_no_violations_in_any_mode(
     step_path.check(lands=False)
 
 
-def test_two_tool_calls_in_one_message_have_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_two_tool_calls_in_one_message_have_no_violations(
+    saver_factory: Callable[[], CheckpointSaver], cancel_modes: tuple[CancelMode, ...]
+) -> None:
     both = marbles(
         "-a-b-c|",
         a=tool_call("c1", "weather", '{"city": "Paris"}', index=0),
@@ -57,26 +60,30 @@ def test_two_tool_calls_in_one_message_have_no_violations(saver_factory: Callabl
         weather = ScriptedTool("weather", [marbles("--r|", r="Sunny"), marbles("----r|", r="Snow")])
         return ReactAgent(ScriptedChatModel([both, ANSWER, [text("ok")]]), tools=[weather], checkpointer=saver)
 
-    assert_cancellation_safe(make, ["Paris and Oslo?"], modes=ALL_MODES, saver_factory=saver_factory)
+    assert_cancellation_safe(make, ["Paris and Oslo?"], modes=cancel_modes, saver_factory=saver_factory)
 
 
-def test_two_model_and_tool_rounds_in_one_turn_have_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_two_model_and_tool_rounds_in_one_turn_have_no_violations(
+    saver_factory: Callable[[], CheckpointSaver], cancel_modes: tuple[CancelMode, ...]
+) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         second_call = marbles("--a|", a=tool_call("c2", "get_weather", '{"city": "Oslo"}'))
         model = ScriptedChatModel([TOOL_CALL, second_call, ANSWER, [text("ok")]])
         return ReactAgent(model, tools=[get_weather], checkpointer=saver)
 
-    report = assert_cancellation_safe(make, ["Compare Paris and Oslo"], modes=ALL_MODES, saver_factory=saver_factory)
-    assert len(report.points) > 40
+    report = assert_cancellation_safe(make, ["Compare Paris and Oslo"], modes=cancel_modes, saver_factory=saver_factory)
+    assert len(report.points) > (40 if len(cancel_modes) > 1 else 30)  # (34 with the dispose alone)
 
 
-def test_three_turns_with_the_cancellation_in_the_middle_one(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_three_turns_with_the_cancellation_in_the_middle_one(
+    saver_factory: Callable[[], CheckpointSaver], cancel_modes: tuple[CancelMode, ...]
+) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         model = ScriptedChatModel([marbles("-h|", h=text("Hello!")), TOOL_CALL, ANSWER, marbles("--t|", t=text("Bye"))])
         return ReactAgent(model, tools=[get_weather], checkpointer=saver, system_prompt="Be brief.")
 
     report = assert_cancellation_safe(
-        make, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=ALL_MODES, saver_factory=saver_factory
+        make, ["Hi", "Weather in Paris?", "Thanks"], turns=[1], modes=cancel_modes, saver_factory=saver_factory
     )
     assert {turn for turn, _ in report.points} == {1}
 
@@ -126,7 +133,7 @@ def test_a_graph_that_loses_committed_turns_is_reported(saver_factory: Callable[
 
 
 def test_a_plain_graph_without_messages_is_explored_too(
-    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath
+    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath, cancel_modes: tuple[CancelMode, ...]
 ) -> None:
     def make(saver: CheckpointSaver) -> Any:
         return (
@@ -139,7 +146,7 @@ def test_a_plain_graph_without_messages_is_explored_too(
             .compile(checkpointer=saver, messages_key=None)
         )
 
-    assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=ALL_MODES, saver_factory=saver_factory)
+    assert_cancellation_safe(make, [{"log": "in"}, {"log": "again"}], modes=cancel_modes, saver_factory=saver_factory)
     step_path.check(lands=False)  # its nodes stream: called directly, landed by the general tail
 
 

@@ -15,8 +15,7 @@ from rxgraph import END, START, CheckpointSaver, Command, KeyStrategy, Send, Sta
 from rxgraph.agent import Approve, ReactAgent, tool
 from rxgraph.messages import UserMessage
 from rxgraph.testing import ScriptedChatModel, assert_cancellation_safe, finish, marbles, text, tool_call
-
-ALL_MODES = ("dispose", "timeout", "take_until")
+from rxgraph.testing._explorer import CancelMode
 
 
 @tool(requires_approval=True)
@@ -26,7 +25,7 @@ def send_email(to: str) -> rx.Observable[str]:
 
 
 def test_an_interrupt_then_its_resume_has_no_violations(
-    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath
+    saver_factory: Callable[[], CheckpointSaver], step_path: StepPath, cancel_modes: tuple[CancelMode, ...]
 ) -> None:
     def make(saver: CheckpointSaver) -> ReactAgent:
         call = marbles("-a-b|", a=tool_call("c1", "send_email", '{"to": "ada"}'), b=finish("tool_calls"))
@@ -34,7 +33,7 @@ def test_an_interrupt_then_its_resume_has_no_violations(
         return ReactAgent(model, tools=[send_email], checkpointer=saver)
 
     report = assert_cancellation_safe(
-        make, ["Email Ada", Command(resume={"c1": Approve()})], modes=ALL_MODES, saver_factory=saver_factory
+        make, ["Email Ada", Command(resume={"c1": Approve()})], modes=cancel_modes, saver_factory=saver_factory
     )
     assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 40
     step_path.check(lands=False)
@@ -46,6 +45,7 @@ def _timed(name: str, ticks: float) -> Callable[[Any], rx.Observable[dict[str, A
 
 def test_a_superstep_of_three_branches_of_different_lengths_has_no_violations(
     saver_factory: Callable[[], CheckpointSaver],
+    cancel_modes: tuple[CancelMode, ...],
 ) -> None:
     def make(saver: CheckpointSaver) -> Any:
         graph = StateGraph({"log": KeyStrategy.APPEND}).add_node("split", _timed("split", 1.0))
@@ -55,12 +55,14 @@ def test_a_superstep_of_three_branches_of_different_lengths_has_no_violations(
         return graph.add_edge(START, "split").add_edge("join", END).compile(saver, messages_key=None)
 
     report = assert_cancellation_safe(
-        make, [{"log": "turn 1"}, {"log": "turn 2"}], modes=ALL_MODES, saver_factory=saver_factory
+        make, [{"log": "turn 1"}, {"log": "turn 2"}], modes=cancel_modes, saver_factory=saver_factory
     )
     assert len(report.points) > 30
 
 
-def test_a_send_fan_out_has_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_a_send_fan_out_has_no_violations(
+    saver_factory: Callable[[], CheckpointSaver], cancel_modes: tuple[CancelMode, ...]
+) -> None:
     def make(saver: CheckpointSaver) -> Any:
         graph = StateGraph({"results": KeyStrategy.APPEND}).add_node("split", lambda s: None)
         graph.add_node("work", lambda item: rx.timer(float(item["n"])).pipe(ops.map(lambda _: {"results": item["n"]})))
@@ -70,12 +72,14 @@ def test_a_send_fan_out_has_no_violations(saver_factory: Callable[[], Checkpoint
         return graph.compile(saver, messages_key=None)
 
     report = assert_cancellation_safe(
-        make, [{"results": []}, {"results": []}], modes=ALL_MODES, saver_factory=saver_factory
+        make, [{"results": []}, {"results": []}], modes=cancel_modes, saver_factory=saver_factory
     )
     assert len(report.points) > 15
 
 
-def test_a_subgraph_inside_an_agent_turn_has_no_violations(saver_factory: Callable[[], CheckpointSaver]) -> None:
+def test_a_subgraph_inside_an_agent_turn_has_no_violations(
+    saver_factory: Callable[[], CheckpointSaver], cancel_modes: tuple[CancelMode, ...]
+) -> None:
     def make(saver: CheckpointSaver) -> Any:
         call = marbles("-a-b|", a=tool_call("c1", "get_weather", '{"city": "Paris"}'), b=finish("tool_calls"))
         agent = ReactAgent(ScriptedChatModel([call, ANSWER, [text("ok")]]), tools=[get_weather])
@@ -84,12 +88,13 @@ def test_a_subgraph_inside_an_agent_turn_has_no_violations(saver_factory: Callab
         return graph.add_edge(START, "agent").add_edge("agent", "audit").add_edge("audit", END).compile(saver)
 
     inputs = [{"messages": [UserMessage(content="Weather in Paris?")]}, {"messages": [UserMessage(content="Thanks")]}]
-    report = assert_cancellation_safe(make, inputs, modes=ALL_MODES, saver_factory=saver_factory)
+    report = assert_cancellation_safe(make, inputs, modes=cancel_modes, saver_factory=saver_factory)
     assert len(report.points) > 30
 
 
 def test_a_failed_superstep_kept_branch_and_its_resume_have_no_violations(
     saver_factory: Callable[[], CheckpointSaver],
+    cancel_modes: tuple[CancelMode, ...],
 ) -> None:
     # Pending writes under cancellation: turn 1 fails in a parallel superstep after one branch finished (kept in the
     # error checkpoint), turn 2 resumes it (runs only the other branch). A cut resume rewinds to the error checkpoint,
@@ -110,12 +115,13 @@ def test_a_failed_superstep_kept_branch_and_its_resume_have_no_violations(
         graph.add_edge(["quick", "flaky"], "join").add_edge("join", END)
         return graph.compile(saver, messages_key=None)
 
-    report = assert_cancellation_safe(make, [{"log": "turn 1"}, None], modes=ALL_MODES, saver_factory=saver_factory)
+    report = assert_cancellation_safe(make, [{"log": "turn 1"}, None], modes=cancel_modes, saver_factory=saver_factory)
     assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 15
 
 
 def test_two_parallel_interrupts_and_their_answers_have_no_violations(
     saver_factory: Callable[[], CheckpointSaver],
+    cancel_modes: tuple[CancelMode, ...],
 ) -> None:
     # Parallel interrupts under cancellation: two branches ask (after a tick each), a third finishes; the next turn
     # answers both with a map of their ids. A cut answer rewinds to the two questions, the finished branch kept.
@@ -134,5 +140,7 @@ def test_two_parallel_interrupts_and_their_answers_have_no_violations(
         return graph.add_edge(START, "a").compile(saver, messages_key=None)
 
     answers = Command(resume={"0:x:0": "yes", "1:y:0": "no"})
-    report = assert_cancellation_safe(make, [{"log": "turn 1"}, answers], modes=ALL_MODES, saver_factory=saver_factory)
+    report = assert_cancellation_safe(
+        make, [{"log": "turn 1"}, answers], modes=cancel_modes, saver_factory=saver_factory
+    )
     assert {turn for turn, _ in report.points} == {0, 1} and len(report.points) > 10
