@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import os
 import socket
+import sys
 import threading
 import types
 from collections.abc import Mapping, Sequence
@@ -348,11 +349,14 @@ class OpenAIChatModel:
             status, body = error.status_code, error.body
             said = body.get("message") if isinstance(body, Mapping) else None
             detail = f"HTTP {status}: {said if isinstance(said, str) else error.message}"
-        elif isinstance(error, openai.APITimeoutError):
+        elif isinstance(error, (openai.APITimeoutError, *_transport_errors(timeouts=True))):
             detail = "the request timed out"
-        elif isinstance(error, openai.APIConnectionError):
-            cause = error.__cause__
-            said = repr(cause) if cause is not None else error.message
+        elif isinstance(error, (openai.APIConnectionError, *_transport_errors(timeouts=False))):
+            if isinstance(error, openai.APIConnectionError):
+                cause = error.__cause__
+                said = repr(cause) if cause is not None else error.message
+            else:  # the HTTP client's own error, out of a stream an openai client before 3 was reading
+                said = repr(error)
             if finished is None:
                 detail = f"no connection: {said}"
             elif finished:
@@ -372,6 +376,16 @@ class OpenAIChatModel:
         )
         failure.__cause__ = error
         return failure
+
+
+def _transport_errors(*, timeouts: bool) -> tuple[type[BaseException], ...]:
+    """The HTTP client's timeout errors (``timeouts``), or all its transport errors: ``httpx``'s (under the openai
+    clients before 3) and ``httpx2``'s (from 3 on), of those imported. The clients before 3 raise them as they are
+    when a stream they are reading times out or breaks, where later ones wrap them in ``APITimeoutError`` and
+    ``APIConnectionError``."""
+    name = "TimeoutException" if timeouts else "TransportError"
+    found = (getattr(sys.modules.get(module), name, None) for module in ("httpx", "httpx2"))
+    return tuple(kind for kind in found if isinstance(kind, type))
 
 
 class _Call(ModelCall):

@@ -223,9 +223,27 @@ def test_a_stream_that_stalls_past_the_timeout_becomes_a_model_api_error(make_cl
     with ChatCompletionsServer([Reply("a", gate)]) as server:
         error = _failure(Collector(OpenAIChatModel(make_client(server.base_url), "m", timeout=0.2).stream(HI, ())))
         assert error.status_code is None and "timed out" in str(error)
-        assert isinstance(error.__cause__, openai.APITimeoutError)
+        # The client's timeout error: openai's (clients from 3 on) or its HTTP client's (before 3).
+        assert isinstance(error.__cause__, openai.APITimeoutError) or type(error.__cause__).__name__ == "ReadTimeout"
         assert server.request(0).wait() == "aborted"  # the client gave up on the stream
         gate.open()
+
+
+@pytest.mark.parametrize("module", ["httpx", "httpx2"])
+def test_the_http_clients_own_errors_read_as_the_openai_errors_they_stand_for(module: str) -> None:
+    # The openai clients before 3 let the HTTP client's error out of a stream they were reading, unwrapped: a cut
+    # stream and a timeout must read the same as the APIConnectionError / APITimeoutError later clients raise.
+    http = pytest.importorskip(module)
+    model = OpenAIChatModel(openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"), "m")
+    broke = http.RemoteProtocolError("peer closed connection without sending complete message body")
+    cut = model._error(broke, finished=False)
+    assert "the stream was cut before the model finished: RemoteProtocolError(" in str(cut)
+    assert cut.__cause__ is broke and cut.status_code is None
+    assert "the stream broke after the model finished" in str(model._error(broke, finished=True))
+    assert "no connection: " in str(model._error(http.ConnectError("refused"), finished=None))
+    stalled = http.ReadTimeout("timed out")
+    assert "the request timed out" in str(model._error(stalled, finished=False))
+    assert "ValueError: odd" in str(model._error(ValueError("odd"), finished=False))  # anything else: as it is
 
 
 # -- disposing closes the HTTP stream ------------------------------------------------------------------------------
