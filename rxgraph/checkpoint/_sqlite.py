@@ -15,6 +15,7 @@ check fails. ``prune`` and ``delete_thread`` are one ``BEGIN IMMEDIATE`` transac
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import os
 import sqlite3
@@ -85,6 +86,9 @@ _SLOT_COLUMNS = ", ".join(
     [f"b{i}" for i in range(_SLOTS)] + [f"i{i}" for i in range(_SLOTS)] + [f"p{i}" for i in range(_SLOTS)]
 )
 _NEW_ROWS = " UNION ALL ".join
+# One column of the thread's head, in the trigger: a scalar subquery (an index seek) per column, not a join with the
+# head row, which SQLite copies into a temporary table first (a zeroed page, more than the seeks cost).
+_HEAD_COLUMN = "SELECT {} FROM checkpoints WHERE thread_id = NEW.thread_id ORDER BY seq DESC LIMIT 1"
 _PUT_VIEW = f"""
 CREATE TEMP VIEW rxgraph_put AS SELECT {", ".join(f"NULL AS {column}" for column in COLUMNS.split(", "))},
     NULL AS expected_head, NULL AS head_manifest, NULL AS first_blob, NULL AS first_item,
@@ -92,26 +96,38 @@ CREATE TEMP VIEW rxgraph_put AS SELECT {", ".join(f"NULL AS {column}" for column
 _PUT_TRIGGER = f"""
 CREATE TEMP TRIGGER rxgraph_put_rows INSTEAD OF INSERT ON rxgraph_put BEGIN
     SELECT RAISE(ABORT, '{_STALE}')
-    FROM (SELECT {_FLOOR} AS floor) AS limits
-    LEFT JOIN (
-        SELECT id, seq, manifest FROM checkpoints WHERE thread_id = NEW.thread_id ORDER BY seq DESC LIMIT 1
-    ) AS head ON true
-    WHERE head.id IS NOT NEW.expected_head
-        OR IFNULL(head.seq, 0) != NEW.seq - 1
-        OR (NEW.head_manifest IS NOT NULL AND head.manifest IS NOT NEW.head_manifest)
-        OR (NEW.b0 IS NOT NULL AND NEW.first_blob <= MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), limits.floor))
-        OR (NEW.i0 IS NOT NULL AND NEW.first_item <= MAX(IFNULL((SELECT MAX(id) FROM items), 0), limits.floor));
+    WHERE ({_HEAD_COLUMN.format("id")}) IS NOT NEW.expected_head
+        OR IFNULL(({_HEAD_COLUMN.format("seq")}), 0) != NEW.seq - 1
+        OR (NEW.head_manifest IS NOT NULL AND ({_HEAD_COLUMN.format("manifest")}) IS NOT NEW.head_manifest)
+        OR (NEW.b0 IS NOT NULL AND NEW.first_blob <= MAX(IFNULL((SELECT MAX(id) FROM blobs), 0), {_FLOOR}))
+        OR (NEW.i0 IS NOT NULL AND NEW.first_item <= MAX(IFNULL((SELECT MAX(id) FROM items), 0), {_FLOOR}));
     INSERT INTO blobs (id, value)
     {_NEW_ROWS(f"SELECT NEW.first_blob + {i}, NEW.b{i} WHERE NEW.b{i} IS NOT NULL" for i in range(_SLOTS))};
     INSERT INTO items (id, prev_id, value)
     {_NEW_ROWS(f"SELECT NEW.first_item + {i}, NEW.p{i}, NEW.i{i} WHERE NEW.i{i} IS NOT NULL" for i in range(_SLOTS))};
     INSERT INTO checkpoints ({COLUMNS}) VALUES ({", ".join(f"NEW.{column}" for column in COLUMNS.split(", "))});
 END"""
-_PUT_AT_ONCE = (
-    f"INSERT INTO rxgraph_put ({COLUMNS}, expected_head, head_manifest, first_blob, first_item, {_SLOT_COLUMNS}) "
-    f"VALUES ({', '.join('?' * (COLUMNS.count(',') + 5 + 3 * _SLOTS))})"
+_PUT_COLUMNS = (
+    *COLUMNS.split(", "),
+    "expected_head",
+    "head_manifest",
+    "first_blob",
+    "first_item",
+    *_SLOT_COLUMNS.split(", "),
 )
 _UNUSED = (None,) * _SLOTS
+
+
+@functools.cache
+def _put_statement(given: tuple[bool, ...]) -> str:
+    """The one-statement put that names the view's columns ``given`` a value (in ``_PUT_COLUMNS``' order); the
+    others are NULL in the trigger's ``NEW``, as if bound to None. Binding None is not free: Python's sqlite3
+    module asks its adapters about each None (and bytes) parameter, which raises and clears an AttributeError
+    (CPython 3.11), and the NULLs of a put's unused slots and columns cost more instructions than the rest of it."""
+    columns = [column for column, present in zip(_PUT_COLUMNS, given, strict=True) if present]
+    return f"INSERT INTO rxgraph_put ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
 _Written = tuple[dict[str, Ref], Row, int, int, int]  # refs, row, payload bytes, items and blobs inserted
 _RAISE_FLOOR = f"""
 INSERT INTO meta (key, value)
@@ -347,7 +363,8 @@ class SqliteSaver(IncrementalSaver):
             *_UNUSED[:free],
         )
         try:
-            conn.execute(_PUT_AT_ONCE, params)
+            given = tuple(param is not None for param in params)
+            conn.execute(_put_statement(given), [param for param in params if param is not None])
         except sqlite3.IntegrityError as error:
             if str(error) == _STALE:  # another connection wrote, or a retention raised the floor: nothing written
                 self._next_ids = None

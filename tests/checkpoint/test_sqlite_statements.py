@@ -145,6 +145,9 @@ def test_the_first_put_runs_a_transaction_and_the_next_ones_one_statement_each(
 
     seen = statements.take()
     assert [_kind(sql) for sql in seen] == ["SELECT"] + ["INSERT INTO rxgraph_put"] * 2, seen
+    # Only the columns a put gives a value are named (the trace shows the statement with its values): binding None
+    # costs Python's sqlite3 module a raised and cleared AttributeError per parameter.
+    assert all("NULL" not in sql for sql in seen[1:]), seen
     assert len(graph.get_state(config).values["messages"]) == 4
     items, checkpoints = _rows(Path(saver.path))
     assert [seq for _, seq in checkpoints] == [1, 2, 3, 4]
@@ -175,6 +178,46 @@ def test_a_put_after_another_connection_wrote_rows_takes_fresh_ids(
         assert stored is not None and [m.content for m in stored.values["messages"]] == ["one", "two", "three"]
     finally:
         fresh.close()
+
+
+def _topic(saver: SqliteSaver, id: str, thread: str, parent: Checkpoint | None, topic: str) -> Checkpoint:
+    """A checkpoint whose one value is a plain string: one blob row."""
+    return saver.put(
+        Checkpoint(
+            id=id,
+            thread_id=thread,
+            seq=1 if parent is None else parent.seq + 1,
+            parent_id=None if parent is None else parent.id,
+            values=freeze({"topic": topic}),
+            run_id="r",
+            source="loop",
+        ),
+        expected_head=None if parent is None else parent.id,
+    )
+
+
+def test_a_put_after_another_connection_wrote_blobs_takes_fresh_blob_ids(
+    traced: tuple[SqliteSaver, Statements], db: Path
+) -> None:
+    saver, statements = traced
+    first = _topic(saver, "a1", "t", None, "one")
+    second = _topic(saver, "a2", "t", first, "two")  # blob 2; this saver's next blob id is 3
+    with SqliteSaver(db) as other:
+        _topic(other, "b1", "u", None, "theirs")  # blob 3
+    statements.take()
+
+    _topic(saver, "a3", "t", second, "three")
+
+    kinds = [_kind(sql) for sql in statements.take()]
+    assert kinds[0] == "INSERT INTO rxgraph_put"  # tried, refused by its check, nothing written
+    assert kinds[1:] == ["BEGIN", "SELECT", "INSERT INTO blobs", "INSERT INTO checkpoints", "COMMIT"]
+    with closing(sqlite3.connect(db)) as raw:
+        blobs = raw.execute("SELECT id, value FROM blobs ORDER BY id").fetchall()
+    assert blobs == [(1, '"one"'), (2, '"two"'), (3, '"theirs"'), (4, '"three"')]
+    with SqliteSaver(db) as fresh:
+        ours, theirs = fresh.get("t"), fresh.get("u")
+        assert ours is not None and ours.values["topic"] == "three"
+        assert theirs is not None and theirs.values["topic"] == "theirs"
 
 
 def test_ids_freed_by_another_connection_are_never_given_again(
