@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import agent, fanout, history, postgres, relay, safe_head, serve, step, streaming
+from . import agent, fanout, history, instructions, postgres, relay, safe_head, serve, step, streaming
 
 __all__ = ["BENCHMARKS"]
 
 BENCHMARKS: dict[str, ModuleType] = {
-    module.NAME: module for module in (step, fanout, history, streaming, agent, safe_head, serve, postgres, relay)
+    module.NAME: module
+    for module in (step, instructions, fanout, history, streaming, agent, safe_head, serve, postgres, relay)
 }
 """Every benchmark by name, in the order a full run takes them."""

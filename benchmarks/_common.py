@@ -57,6 +57,8 @@ class Sizes:
     # step: a chain of no-op nodes
     step_nodes: int
     step_repeats: int
+    # instructions: runs of each step chain counted under callgrind (only where count_instructions is set)
+    instruction_runs: int
     # history: one chat turn after another on one thread
     history_turns: int
     history_marks: tuple[int, ...]
@@ -92,6 +94,8 @@ class Sizes:
     window: int
     # full GC collections between timed repetitions; off only for the smoke test, whose figures mean nothing
     collect_garbage: bool = True
+    # count instructions under valgrind (tens of seconds); otherwise the instructions worker runs without counting
+    count_instructions: bool = True
 
     def collect(self) -> None:
         """A full GC collection, outside any timed section (a no-op when ``collect_garbage`` is off)."""
@@ -103,6 +107,7 @@ FULL = Sizes(
     label="full",
     step_nodes=200,
     step_repeats=15,
+    instruction_runs=3,
     history_turns=1000,
     history_marks=(10, 100, 500, 1000),
     stream_chunks=100_000,
@@ -131,6 +136,7 @@ QUICK = Sizes(
     label="quick",
     step_nodes=200,
     step_repeats=5,
+    instruction_runs=2,
     history_turns=200,
     history_marks=(10, 100, 200),
     stream_chunks=20_000,
@@ -153,12 +159,14 @@ QUICK = Sizes(
     relay_rounds=1,
     warmup=2,
     window=3,
+    count_instructions=False,
 )
 
 TINY = Sizes(
     label="tiny",
     step_nodes=5,
     step_repeats=2,
+    instruction_runs=1,
     history_turns=12,
     history_marks=(10, 12),
     stream_chunks=200,
@@ -182,6 +190,7 @@ TINY = Sizes(
     warmup=1,
     window=1,
     collect_garbage=False,
+    count_instructions=False,
 )
 
 

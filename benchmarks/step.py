@@ -1,7 +1,7 @@
 """step: the cost of one graph step.
 
 A chain of ``step_nodes`` (200) no-op nodes, run from START to END in one run; the per-step time is the run's time
-divided by the number of nodes. Three ways, each run on a fresh thread:
+divided by the number of nodes. Three ways, each run on a new thread id (a conversation of its own):
 
 - no checkpointer;
 - the in-memory saver (rxgraph ``MemorySaver``, LangGraph ``InMemorySaver``): one checkpoint per step;
@@ -46,8 +46,8 @@ def _noop(state: Any) -> None:
     return None
 
 
-def rxgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Callable[[], float]:
-    """One timed rxgraph run of the chain per call, each on a new thread; returns the run's seconds."""
+def rxgraph_runner(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Callable[[], object]:
+    """One rxgraph run of the chain per call, each on a new thread id (a new conversation)."""
     checkpointer: CheckpointSaver | None = None
     if saver == "memory":
         checkpointer = MemorySaver()
@@ -66,15 +66,14 @@ def rxgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Cal
     graph = builder.compile(checkpointer=checkpointer)
     threads = itertools.count()
 
-    def trial() -> float:
-        config = RunnableConfig(thread_id=f"step-{next(threads)}", recursion_limit=nodes + 1)
-        return timed(lambda: graph.invoke({"x": 1}, config))
+    def run_once() -> object:
+        return graph.invoke({"x": 1}, RunnableConfig(thread_id=f"step-{next(threads)}", recursion_limit=nodes + 1))
 
-    return trial
+    return run_once
 
 
-def bare_chain(nodes: int) -> Callable[[], float]:
-    """The floor: the same chain of no-op actions run by a bare loop; returns one run's seconds per call."""
+def bare_runner(nodes: int) -> Callable[[], object]:
+    """The floor: the same chain of no-op actions run by a bare loop, once per call."""
     names = [f"n{i}" for i in range(nodes)]
     actions: dict[str, Callable[[Any], Any]] = dict.fromkeys(names, _noop)
     next_node = dict(itertools.pairwise([*names, END]))
@@ -87,14 +86,11 @@ def bare_chain(nodes: int) -> Callable[[], float]:
             node = next_node[node]
         return state
 
-    def trial() -> float:
-        return timed(lambda: run_chain({"x": 1}))
-
-    return trial
+    return lambda: run_chain({"x": 1})
 
 
-def langgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Callable[[], float]:
-    """The same chain in LangGraph; returns one run's seconds per call."""
+def langgraph_runner(nodes: int, saver: str, workdir: str, stack: ExitStack) -> Callable[[], object]:
+    """The same chain in LangGraph, one run per call, each on a new thread id."""
     import sqlite3
     from typing import TypedDict
 
@@ -126,11 +122,16 @@ def langgraph_chain(nodes: int, saver: str, workdir: str, stack: ExitStack) -> C
     graph = builder.compile(checkpointer=checkpointer)
     threads = itertools.count()
 
-    def trial() -> float:
+    def run_once() -> object:
         config: Any = {"recursion_limit": nodes + 1, "configurable": {"thread_id": f"step-{next(threads)}"}}
-        return timed(lambda: graph.invoke({"x": 1}, config))
+        return graph.invoke({"x": 1}, config)
 
-    return trial
+    return run_once
+
+
+def _timed(run_once: Callable[[], object]) -> Callable[[], float]:
+    """A trial of ``interleave``: one run per call, returning its seconds."""
+    return lambda: timed(run_once)
 
 
 def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
@@ -143,11 +144,11 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     per_step: dict[str, dict[str, float]] = {}
     for saver in SAVERS:
         with ExitStack() as stack:
-            trials = {"rxgraph": rxgraph_chain(nodes, saver, workdir, stack)}
+            trials = {"rxgraph": _timed(rxgraph_runner(nodes, saver, workdir, stack))}
             if saver == "none":
-                trials["bare"] = bare_chain(nodes)
+                trials["bare"] = _timed(bare_runner(nodes))
             if langgraph:
-                trials["langgraph"] = langgraph_chain(nodes, saver, workdir, stack)
+                trials["langgraph"] = _timed(langgraph_runner(nodes, saver, workdir, stack))
             samples = interleave(trials, sizes.step_repeats, warmup=sizes.warmup, collect=sizes.collect)
         result.samples[saver] = samples
         per_step[saver] = {side: median(values) / nodes for side, values in samples.items()}

@@ -49,6 +49,12 @@ def test_the_rxgraph_half_of_each_benchmark_runs_and_reports_its_figures(name: s
     result = BENCHMARKS[name].run(TINY, langgraph=False, workdir=str(tmp_path))
 
     assert isinstance(result, BenchResult) and result.name == name
+    if name == "instructions":
+        # Counting under valgrind takes tens of seconds: at these sizes its worker runs the chains uncounted.
+        assert result.figures == [] and result.notes == [
+            "not counted at the tiny sizes: the worker ran without valgrind"
+        ]
+        return
     assert result.figures, f"{name} reported no figures"
     for figure in result.figures:
         assert figure.rxgraph is not None and math.isfinite(figure.rxgraph) and figure.rxgraph > 0, figure
