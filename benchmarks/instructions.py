@@ -82,14 +82,18 @@ def callgrind_phases(command: Sequence[str], *, cwd: str | Path, outdir: str | P
         return phases
 
 
+def _worker(sides: Sequence[str], nodes: int, runs: int, workdir: str) -> list[str]:
+    """The command that runs ``_count_worker`` over ``sides``."""
+    return [sys.executable, "-m", "benchmarks._count_worker", str(nodes), str(runs), workdir, *sides]
+
+
 def _count(sides: Sequence[str], nodes: int, runs: int, workdir: str) -> dict[str, float]:
     """Each side's instructions per step, counted in one process under callgrind.
 
     Raises:
         CountError: nothing was counted (see ``callgrind_phases``), or not one dump per marker call.
     """
-    command = [sys.executable, "-m", "benchmarks._count_worker", str(nodes), str(runs), workdir, *sides]
-    phases = callgrind_phases(command, cwd=_ROOT, outdir=workdir)
+    phases = callgrind_phases(_worker(sides, nodes, runs, workdir), cwd=_ROOT, outdir=workdir)
     if len(phases) != 2 * len(sides):
         raise CountError(
             f"{len(phases)} dumps for {2 * len(sides)} marker calls (a Python without symbols for {MARKER}, or "
@@ -109,8 +113,7 @@ def run(sizes: Sizes, *, langgraph: bool, workdir: str) -> BenchResult:
     ours = [f"rxgraph:{saver}" for saver in SAVERS] + ["bare:none"]
     if not sizes.count_instructions:
         # The same work without valgrind, so that the worker keeps working; nothing is counted.
-        command = [sys.executable, "-m", "benchmarks._count_worker", str(nodes), str(runs), workdir, *ours]
-        subprocess.run(command, cwd=_ROOT, check=True, capture_output=True)
+        subprocess.run(_worker(ours, nodes, runs, workdir), cwd=_ROOT, check=True, capture_output=True)
         result.notes.append(f"not counted at the {sizes.label} sizes: the worker ran without valgrind")
         return result
     # Two processes at once (instructions do not depend on what else runs). LangGraph's step executes about 100 times

@@ -89,10 +89,17 @@ _NEW_ROWS = " UNION ALL ".join
 # One column of the thread's head, in the trigger: a scalar subquery (an index seek) per column, not a join with the
 # head row, which SQLite copies into a temporary table first (a zeroed page, more than the seeks cost).
 _HEAD_COLUMN = "SELECT {} FROM checkpoints WHERE thread_id = NEW.thread_id ORDER BY seq DESC LIMIT 1"
-_PUT_VIEW = f"""
-CREATE TEMP VIEW rxgraph_put AS SELECT {", ".join(f"NULL AS {column}" for column in COLUMNS.split(", "))},
-    NULL AS expected_head, NULL AS head_manifest, NULL AS first_blob, NULL AS first_item,
-    {", ".join(f"NULL AS {column}" for column in _SLOT_COLUMNS.split(", "))}"""
+# The view's columns: a checkpoint's row, what the trigger checks it against, and the slots of its new rows. A put
+# names those it gives a value (_put_statement).
+_PUT_COLUMNS = (
+    *COLUMNS.split(", "),
+    "expected_head",
+    "head_manifest",
+    "first_blob",
+    "first_item",
+    *_SLOT_COLUMNS.split(", "),
+)
+_PUT_VIEW = f"CREATE TEMP VIEW rxgraph_put AS SELECT {', '.join(f'NULL AS {column}' for column in _PUT_COLUMNS)}"
 _PUT_TRIGGER = f"""
 CREATE TEMP TRIGGER rxgraph_put_rows INSTEAD OF INSERT ON rxgraph_put BEGIN
     SELECT RAISE(ABORT, '{_STALE}')
@@ -107,14 +114,6 @@ CREATE TEMP TRIGGER rxgraph_put_rows INSTEAD OF INSERT ON rxgraph_put BEGIN
     {_NEW_ROWS(f"SELECT NEW.first_item + {i}, NEW.p{i}, NEW.i{i} WHERE NEW.i{i} IS NOT NULL" for i in range(_SLOTS))};
     INSERT INTO checkpoints ({COLUMNS}) VALUES ({", ".join(f"NEW.{column}" for column in COLUMNS.split(", "))});
 END"""
-_PUT_COLUMNS = (
-    *COLUMNS.split(", "),
-    "expected_head",
-    "head_manifest",
-    "first_blob",
-    "first_item",
-    *_SLOT_COLUMNS.split(", "),
-)
 _UNUSED = (None,) * _SLOTS
 
 
